@@ -1,0 +1,11 @@
+"""Flask extensions, bound to the engine's metadata (one schema, one set of migrations)."""
+
+from __future__ import annotations
+
+from flask_migrate import Migrate
+from flask_sqlalchemy import SQLAlchemy
+
+from engine.models import Base
+
+db = SQLAlchemy(metadata=Base.metadata)
+migrate = Migrate()

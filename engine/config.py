@@ -1,0 +1,149 @@
+"""Run-time settings of the engine, with the gem's defaults.
+
+``engine.settings`` is a single mutable object: assign at run time
+(``settings.stuck_recovery_action = "cancel"``) or set the ``GENEVA_*`` environment variable
+named beside each field before the process starts. Durations are ``timedelta``; a plain
+number of seconds is accepted and converted; ``None`` disables where the gem allows it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, fields
+from datetime import timedelta
+from typing import Any
+
+_DURATION_FIELDS = {
+    "delete_completed_workflows_after",
+    "stuck_in_progress_threshold",
+    "stuck_scheduled_threshold",
+    "waiting_visibility_threshold",
+    "dispatch_interval",
+    "dispatch_horizon",
+    "dispatch_resend_after",
+}
+_NULLABLE_FIELDS = {
+    "delete_completed_workflows_after",
+    "waiting_visibility_threshold",
+    "max_cursor_size",
+    "max_signal_payload_size",
+}
+_INT_FIELDS = {"housekeeping_batch_size", "max_cursor_size", "max_signal_payload_size"}
+_BOOL_FIELDS = {"enqueue_after_commit"}
+STUCK_RECOVERY_ACTIONS = ("reattempt", "cancel")
+
+
+def to_timedelta(value: Any, name: str = "duration") -> timedelta:
+    """Accept a ``timedelta`` or a number of seconds; reject everything else clearly."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"{name} must be a datetime.timedelta or a number of seconds, got {value!r}"
+        )
+    return timedelta(seconds=value)
+
+
+@dataclass
+class Settings:
+    #: GENEVA_DELETE_COMPLETED_WORKFLOWS_AFTER — housekeeping deletes finished/canceled
+    #: workflows whose ``transitioned_at`` is older. None disables deletion.
+    delete_completed_workflows_after: timedelta | None = timedelta(days=30)
+    #: GENEVA_STUCK_IN_PROGRESS_THRESHOLD — an in_progress execution started longer ago is stuck.
+    stuck_in_progress_threshold: timedelta = timedelta(hours=1)
+    #: GENEVA_STUCK_SCHEDULED_THRESHOLD — a scheduled execution overdue by longer is stuck.
+    stuck_scheduled_threshold: timedelta = timedelta(minutes=15)
+    #: GENEVA_HOUSEKEEPING_BATCH_SIZE — rows per deletion / recovery batch.
+    housekeeping_batch_size: int = 1000
+    #: GENEVA_STUCK_RECOVERY_ACTION — "reattempt" or "cancel".
+    stuck_recovery_action: str = "reattempt"
+    #: GENEVA_MAX_CURSOR_SIZE — bytes of compact cursor JSON; None disables the check.
+    max_cursor_size: int | None = 128 * 1024
+    #: GENEVA_MAX_SIGNAL_PAYLOAD_SIZE — bytes of compact payload JSON; None disables the check.
+    max_signal_payload_size: int | None = 128 * 1024
+    #: GENEVA_WAITING_VISIBILITY_THRESHOLD — a parked execution older than this is "overdue".
+    waiting_visibility_threshold: timedelta | None = timedelta(days=7)
+    #: GENEVA_ENQUEUE_AFTER_COMMIT — send step messages only after the creating transaction
+    #: commits (the only safe choice in production); False sends at once.
+    enqueue_after_commit: bool = True
+    #: GENEVA_DISPATCH_INTERVAL — how often the dispatcher looks for due executions.
+    dispatch_interval: timedelta = timedelta(seconds=5)
+    #: GENEVA_DISPATCH_HORIZON — executions due within this are sent at commit with a countdown;
+    #: later ones are left to the dispatcher (no long Celery ETAs, ever).
+    dispatch_horizon: timedelta = timedelta(seconds=60)
+    #: GENEVA_DISPATCH_RESEND_AFTER — a due execution whose message was sent this long ago and
+    #: that still has not started is sent again (messages are at-least-once; running is once).
+    dispatch_resend_after: timedelta = timedelta(minutes=2)
+    _frozen: bool = field(default=False, repr=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name.startswith("_"):
+            object.__setattr__(self, name, value)
+            return
+        if name not in {f.name for f in fields(self)}:
+            raise AttributeError(f"engine.settings has no setting {name!r}")
+        object.__setattr__(self, name, _coerce(name, value))
+
+    def reset(self) -> None:
+        """Restore every setting to its default (tests use this)."""
+        for f in fields(self):
+            if not f.name.startswith("_"):
+                setattr(self, f.name, f.default)
+
+    def load_env(self, environ: dict[str, str] | None = None) -> None:
+        """Read ``GENEVA_<SETTING>`` variables; an invalid value names the variable."""
+        env = os.environ if environ is None else environ
+        for f in fields(self):
+            if f.name.startswith("_"):
+                continue
+            key = f"GENEVA_{f.name.upper()}"
+            if key not in env:
+                continue
+            raw = env[key].strip()
+            try:
+                setattr(self, f.name, _parse_env(f.name, raw))
+            except (TypeError, ValueError) as exc:
+                raise ValueError(f"{key}={raw!r} is not valid: {exc}") from exc
+
+
+def _parse_env(name: str, raw: str) -> Any:
+    if name in _NULLABLE_FIELDS and raw.lower() in ("", "none", "null", "off"):
+        return None
+    if name in _BOOL_FIELDS:
+        if raw.lower() in ("1", "true", "yes", "on"):
+            return True
+        if raw.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError("expected true or false")
+    if name in _DURATION_FIELDS:
+        return float(raw)
+    if name in _INT_FIELDS:
+        return int(raw)
+    return raw
+
+
+def _coerce(name: str, value: Any) -> Any:
+    if value is None:
+        if name in _NULLABLE_FIELDS:
+            return None
+        raise ValueError(f"settings.{name} cannot be None")
+    if name in _DURATION_FIELDS:
+        td = to_timedelta(value, f"settings.{name}")
+        if td < timedelta(0):
+            raise ValueError(f"settings.{name} must not be negative")
+        return td
+    if name in _INT_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ValueError(f"settings.{name} must be a positive integer, got {value!r}")
+        return value
+    if name in _BOOL_FIELDS:
+        return bool(value)
+    if name == "stuck_recovery_action":
+        value = str(value).rstrip("!")
+        if value not in STUCK_RECOVERY_ACTIONS:
+            raise ValueError(f"Unknown stuck_recovery_action: {value}")
+    return value
+
+
+settings = Settings()
+settings.load_env()

@@ -1,0 +1,131 @@
+"""The engine's own database wiring: engine, session factory and row locks.
+
+The engine works without Flask (workers, the dispatcher, scripts) through the session factory
+configured here. ``configure(url)`` is called once per process (the CLI, the Celery app, the
+dashboard factory, the test fixture); ``GENEVA_DATABASE_URL`` is the default.
+
+Locking. PostgreSQL gets ``SELECT … FOR UPDATE``. SQLite has no row locks: a "lock" there
+means holding the database write lock, taken with ``BEGIN IMMEDIATE`` at the start of the lock
+section (pysqlite's legacy transaction mode only opens a transaction at the first write, so a
+section that reads before it writes would otherwise run outside any transaction and another
+writer could slip in between). WAL mode lets readers go on meanwhile; ``busy_timeout`` makes a
+second writer wait instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine.url import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+DEFAULT_DATABASE_URL = "sqlite:///var/geneva_drive.sqlite3"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+_lock = threading.Lock()
+_engine: Engine | None = None
+SessionFactory: sessionmaker[Session] = sessionmaker(expire_on_commit=False)
+
+
+def database_url() -> str:
+    return os.environ.get("GENEVA_DATABASE_URL") or DEFAULT_DATABASE_URL
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """Create an SQLAlchemy engine with the engine's SQLite pragmas applied."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        database = parsed.database
+        if database and database != ":memory:" and not database.startswith("file:"):
+            Path(database).parent.mkdir(parents=True, exist_ok=True)
+        kwargs.setdefault("connect_args", {}).setdefault("check_same_thread", False)
+        engine = create_engine(url, **kwargs)
+        install_sqlite_pragmas(engine)
+        return engine
+    kwargs.setdefault("pool_pre_ping", True)
+    return create_engine(url, **kwargs)
+
+
+def install_sqlite_pragmas(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.close()
+
+
+def configure(url: str | None = None, *, engine: Engine | None = None, **kwargs: Any) -> Engine:
+    """Point the engine's session factory at a database (an URL or an existing engine)."""
+    global _engine
+    with _lock:
+        if engine is None:
+            engine = make_engine(url or database_url(), **kwargs)
+        _engine = engine
+        SessionFactory.configure(bind=engine)
+        return engine
+
+
+def get_engine() -> Engine:
+    """The configured engine; configures from ``GENEVA_DATABASE_URL`` on first use."""
+    if _engine is None:
+        return configure()
+    return _engine
+
+
+def new_session() -> Session:
+    get_engine()
+    return SessionFactory()
+
+
+@contextmanager
+def transaction() -> Iterator[Session]:
+    """An entry point's unit of work: a new session, committed on success, rolled back on error."""
+    session = new_session()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def is_sqlite(session: Session) -> bool:
+    bind = session.get_bind()
+    return bind.dialect.name == "sqlite"
+
+
+def begin_write(session: Session) -> None:
+    """Make sure the session holds the database write lock (SQLite) before a lock section.
+
+    On PostgreSQL this is a no-op: row locks are taken with ``FOR UPDATE`` by the caller.
+    """
+    if not is_sqlite(session):
+        return
+    connection = session.connection()
+    dbapi_connection = connection.connection.dbapi_connection
+    if dbapi_connection is not None and not dbapi_connection.in_transaction:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+# Current-session fallback: Workflow.create() and friends accept an explicit session, else the
+# hero's own session, else this one (the test fixture and scripts set it).
+_current = threading.local()
+
+
+def set_current_session(session: Session | None) -> None:
+    _current.session = session
+
+
+def current_session() -> Session | None:
+    return getattr(_current, "session", None)

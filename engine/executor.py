@@ -1,0 +1,686 @@
+"""The executor: runs one step execution in three phases (reference engine-core §4).
+
+1. **Prepare**, under the workflow lock then the execution lock, in one transaction: the checks
+   in the gem's order (duplicate job, workflow not runnable, hero missing, step not defined,
+   removed step, cancel_if, skip_if, the signal gate), then the start transition.
+2. **Body**, with no lock and no transaction of ours: the step method runs; flow control,
+   resumable interruptions and exceptions are captured as a result.
+3. **Finalize**, under the locks again: the result becomes the execution's state and outcome,
+   the workflow's state, and the next execution.
+
+Any exception destined for the caller (a step's own exception, StepNotDefinedError) is raised
+only after the transaction that records it has committed, so nothing is lost or rolled back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
+
+from engine import db, scheduling, signals
+from engine.errors import StepConfigurationError, StepNotDefinedError
+from engine.flow_control import FlowAction, FlowControlSignal, Interrupt
+from engine.instrumentation import ContextAdapter, instrument, report_error
+from engine.models import Signal, StepExecution, utcnow
+from engine.policies import PolicyResult, resolution_stack
+from engine.states import (
+    STEP_STATE_TIMESTAMP,
+    Outcome,
+    StepState,
+    WorkflowState,
+    check_step_transition,
+    check_workflow_transition,
+    is_runnable,
+)
+from engine.steps import StepDefinition, evaluate_condition
+from engine.workflow import Workflow, executing
+
+log = logging.getLogger("engine.executor")
+
+_FINAL_TIMESTAMPED = {StepState.COMPLETED, StepState.FAILED, StepState.SKIPPED, StepState.CANCELED}
+
+# Set by the worker when it is shutting down: resumable steps stop at their next checkpoint.
+_shutdown = threading.Event()
+
+
+def request_shutdown() -> None:
+    """Ask running resumable steps to stop at their next checkpoint (warm shutdown)."""
+    _shutdown.set()
+
+
+def clear_shutdown() -> None:
+    _shutdown.clear()
+
+
+def shutdown_requested() -> bool:
+    return _shutdown.is_set()
+
+
+@dataclass
+class Completed:
+    pass
+
+
+@dataclass
+class Interruption:
+    wait: timedelta | None = None
+
+
+@dataclass
+class Captured:
+    error: Exception
+
+
+Result = Completed | Interruption | Captured | FlowControlSignal
+
+
+def execute(
+    step_execution_id: int,
+    *,
+    session: Session | None = None,
+    interruptible: bool = True,
+    max_iterations: int | None = None,
+) -> None:
+    """Run one step execution. Entry point of workers and test helpers.
+
+    ``session``: run in this session (test helpers); otherwise a new one is opened and closed.
+    ``interruptible=False`` disables resumable interruption checks (test helpers);
+    ``max_iterations`` overrides the step's own value (``run_iterations``).
+    Re-raises the step's exception after its outcome is committed.
+    """
+    own = session is None
+    active = session if session is not None else db.new_session()
+    try:
+        Executor(active, step_execution_id, interruptible, max_iterations).run()
+    finally:
+        if own:
+            active.close()
+
+
+def transition_step(execution: StepExecution, new_state: str, outcome: str | None = None) -> None:
+    """The executor's step transition: validated, with the state's timestamp(s)."""
+    check_step_transition(execution.state, new_state)
+    now = utcnow()
+    execution.state = new_state
+    column = STEP_STATE_TIMESTAMP.get(new_state)
+    if column is not None:
+        setattr(execution, column, now)
+    if new_state in _FINAL_TIMESTAMPED:
+        execution.finished_at = now
+    if outcome is not None:
+        execution.outcome = outcome
+
+
+def transition_workflow(workflow: Workflow, new_state: str) -> None:
+    if check_workflow_transition(workflow.state, new_state):
+        workflow.state = new_state
+        if new_state in (WorkflowState.FINISHED, WorkflowState.CANCELED, WorkflowState.PAUSED):
+            workflow.transitioned_at = utcnow()
+
+
+def error_class_name(error: BaseException) -> str:
+    cls = type(error)
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def write_error(execution: StepExecution, error: BaseException) -> None:
+    lines = traceback.format_exception(type(error), error, error.__traceback__)
+    backtrace = "".join(lines).rstrip("\n")
+    execution.error_message = str(error)
+    execution.error_backtrace = backtrace
+    execution.error_class_name = error_class_name(error)
+    execution.merge_metadata(exception=exception_info(error, backtrace))
+
+
+def exception_info(error: BaseException, backtrace: str | None = None) -> dict[str, Any]:
+    if backtrace is None:
+        backtrace = "".join(
+            traceback.format_exception(type(error), error, error.__traceback__)
+        ).rstrip("\n")
+    return {
+        "class": error_class_name(error),
+        "message": str(error),
+        "backtrace": backtrace.split("\n"),
+    }
+
+
+def consecutive_reattempt_count(session: Session, workflow: Workflow, step_name: str) -> int:
+    """Reattempts by policy since the step last completed (reference engine-core §4.7)."""
+    last_clean = session.scalars(
+        select(StepExecution.id)
+        .where(
+            StepExecution.workflow_id == workflow.id,
+            StepExecution.step_name == step_name,
+            StepExecution.state == StepState.COMPLETED,
+            StepExecution.outcome != Outcome.REATTEMPTED,
+        )
+        .order_by(StepExecution.created_at.desc(), StepExecution.id.desc())
+        .limit(1)
+    ).first()
+    query = select(StepExecution.metadata_).where(
+        StepExecution.workflow_id == workflow.id,
+        StepExecution.step_name == step_name,
+        StepExecution.outcome == Outcome.REATTEMPTED,
+    )
+    if last_clean is not None:
+        query = query.where(StepExecution.id > last_clean)
+    return sum(
+        1
+        for metadata in session.scalars(query)
+        if (metadata or {}).get("reattempt_reason") != "flow_control"
+    )
+
+
+class Executor:
+    def __init__(
+        self,
+        session: Session,
+        step_execution_id: int,
+        interruptible: bool = True,
+        max_iterations: int | None = None,
+    ) -> None:
+        self.session = session
+        self.execution_id = step_execution_id
+        self.interruptible = interruptible
+        self.max_iterations = max_iterations
+        self.error: BaseException | None = None
+        self.log: logging.LoggerAdapter[logging.Logger] = ContextAdapter(
+            log, {"execution_id": step_execution_id}
+        )
+        self.start_time = 0.0
+        self.step_def: StepDefinition | None = None
+
+    # --- locking -----------------------------------------------------------------------
+
+    def _lock(self) -> tuple[Workflow, StepExecution] | None:
+        """Lock the workflow row, then the execution row, each reloaded (one transaction)."""
+        session = self.session
+        db.begin_write(session)
+        workflow_id = session.scalar(
+            select(StepExecution.workflow_id).where(StepExecution.id == self.execution_id)
+        )
+        if workflow_id is None:
+            return None
+        query = (
+            select(Workflow)
+            .where(Workflow.id == workflow_id)
+            .execution_options(populate_existing=True)
+        )
+        if not db.is_sqlite(session):
+            query = query.with_for_update()
+        workflow = session.scalars(query).one()
+        ex_query = (
+            select(StepExecution)
+            .where(StepExecution.id == self.execution_id)
+            .execution_options(populate_existing=True)
+        )
+        if not db.is_sqlite(session):
+            ex_query = ex_query.with_for_update()
+        execution = session.scalars(ex_query).one()
+        return workflow, execution
+
+    def _commit(self) -> None:
+        self.session.commit()
+
+    def _context(self, workflow: Workflow, execution: StepExecution) -> dict[str, Any]:
+        return {
+            "workflow_id": workflow.id,
+            "workflow_class": type(workflow).__name__,
+            "step_execution_id": execution.id,
+            "step_name": execution.step_name,
+            "hero_type": workflow.hero_type,
+            "hero_id": workflow.hero_id,
+        }
+
+    def _payload(self, workflow: Workflow, execution: StepExecution) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "execution_id": execution.id,
+            "workflow_id": workflow.id,
+            "workflow_class": type(workflow).__name__,
+            "step_name": execution.step_name,
+        }
+        if self.step_def is not None and self.step_def.resumable:
+            payload["resumable"] = True
+        return payload
+
+    # --- the three phases ----------------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            locked = self._lock()
+            if locked is None:
+                self.session.rollback()
+                self.log.warning("step execution not found; nothing to do")
+                return
+            workflow, execution = locked
+            self.log = ContextAdapter(
+                log,
+                {
+                    "workflow": type(workflow).__name__,
+                    "workflow_id": workflow.id,
+                    "hero_type": workflow.hero_type,
+                    "hero_id": workflow.hero_id,
+                    "execution_id": execution.id,
+                    "step": execution.step_name,
+                },
+            )
+            prepared = self.prepare(workflow, execution)
+            self._commit()
+        except BaseException:
+            self.session.rollback()
+            raise
+        if self.error is not None:
+            raise self.error
+        if prepared is None:
+            return
+        step_def, signal = prepared
+
+        result = self.run_body(workflow, execution, step_def, signal)
+
+        try:
+            self.finalize(execution, step_def, result)
+            self._commit()
+        except BaseException:
+            self.session.rollback()
+            raise
+        if self.error is not None:
+            raise self.error
+
+    # --- phase 1 ---------------------------------------------------------------------------
+
+    def prepare(
+        self, workflow: Workflow, execution: StepExecution
+    ) -> tuple[StepDefinition, Signal | None] | None:
+        try:
+            return self._prepare(workflow, execution)
+        except SQLAlchemyError:
+            raise
+        except Exception as error:
+            self.handle_prepare_exception(workflow, execution, error)
+            return None
+
+    def _prepare(
+        self, workflow: Workflow, execution: StepExecution
+    ) -> tuple[StepDefinition, Signal | None] | None:
+        session = self.session
+        if execution.state != StepState.SCHEDULED:
+            self.log.info("already %s, skipping duplicate job", execution.state)
+            return None
+        if not is_runnable(workflow.state):
+            now = utcnow()
+            execution.state = StepState.CANCELED
+            execution.canceled_at = now
+            execution.finished_at = now
+            execution.outcome = Outcome.CANCELED
+            self.log.info("workflow is %s; canceling the execution", workflow.state)
+            return None
+        if not type(workflow).may_proceed_without_hero and workflow.hero is None:
+            transition_step(execution, StepState.CANCELED, Outcome.CANCELED)
+            transition_workflow(workflow, WorkflowState.CANCELED)
+            self.log.info("hero is missing; canceling the workflow")
+            return None
+        step_def = workflow.steps.named(execution.step_name)
+        if step_def is None:
+            message = f"Step '{execution.step_name}' is not defined in {type(workflow).__name__}"
+            error = StepNotDefinedError(message, step_execution=execution, workflow=workflow)
+            execution.error_message = message
+            execution.error_class_name = error_class_name(error)
+            transition_step(execution, StepState.FAILED, Outcome.FAILED)
+            transition_workflow(workflow, WorkflowState.PAUSED)
+            self.log.error("%s; pausing the workflow", message)
+            self.error = error
+            return None
+        self.step_def = step_def
+        if step_def.removed:
+            transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
+            signals.settle_for_skipped(session, execution)
+            transition_workflow(workflow, WorkflowState.READY)
+            scheduling.schedule_next_step(session, workflow)
+            self.log.info("step was removed (removed_step); skipping to the next step")
+            return None
+
+        if not self.preconditions(workflow, execution, step_def):
+            return None
+
+        signal: Signal | None = None
+        if step_def.waits_for_signal:
+            if execution.signal_id is not None:
+                signal = session.get(Signal, execution.signal_id)
+            else:
+                signal = signals.attach_at_gate(session, workflow, execution, step_def)
+                if signal is None:
+                    transition_step(execution, StepState.WAITING)
+                    execution.waiting_since = utcnow()
+                    self.log.info("parked waiting for %s", step_def.signal_matcher)
+                    return None
+
+        transition_step(execution, StepState.IN_PROGRESS)
+        transition_workflow(workflow, WorkflowState.PERFORMING)
+        workflow.current_step_name = step_def.name
+        if execution.continues_from_id is not None:
+            self.log.info("resuming from cursor %r", execution.cursor_value)
+        return step_def, signal
+
+    def preconditions(
+        self, workflow: Workflow, execution: StepExecution, step_def: StepDefinition
+    ) -> bool:
+        with instrument("precondition", self._payload(workflow, execution)) as payload:
+            try:
+                if any(evaluate_condition(c, workflow) for c in type(workflow)._cancel_conditions):
+                    transition_step(execution, StepState.CANCELED, Outcome.CANCELED)
+                    transition_workflow(workflow, WorkflowState.CANCELED)
+                    payload["outcome"] = "canceled"
+                    return False
+                if step_def.should_skip(workflow):
+                    transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
+                    signals.settle_for_skipped(self.session, execution)
+                    transition_workflow(workflow, WorkflowState.READY)
+                    scheduling.schedule_next_step(self.session, workflow)
+                    payload["outcome"] = "skipped"
+                    return False
+            except SQLAlchemyError:
+                raise
+            except Exception as error:
+                payload["outcome"] = "exception"
+                payload["exception"] = error
+                self.handle_policy(workflow, execution, step_def, error, "precondition")
+                return False
+            payload["outcome"] = "passed"
+            return True
+
+    def handle_prepare_exception(
+        self, workflow: Workflow, execution: StepExecution, error: Exception
+    ) -> None:
+        """Any other exception in prepare: the step fails, the policy moves only the workflow."""
+        session = self.session
+        try:
+            step_def = workflow.steps.named(execution.step_name)
+        except Exception:
+            step_def = None
+        write_error(execution, error)
+        transition_step(execution, StepState.FAILED, Outcome.FAILED)
+        result = self.resolve(workflow, step_def, execution.step_name, error)
+        self.report(workflow, execution, error, result)
+        action = result.action
+        if action == "reattempt":
+            transition_workflow(workflow, WorkflowState.READY)
+            if step_def is not None and step_def.resumable:
+                scheduling.create_successor_execution(session, workflow, execution, result.wait)
+            else:
+                scheduling.reschedule_current_step(session, workflow, result.wait)
+        elif action == "cancel":
+            transition_workflow(workflow, WorkflowState.CANCELED)
+        elif action == "skip":
+            transition_workflow(workflow, WorkflowState.READY)
+            scheduling.schedule_next_step(session, workflow)
+        else:
+            transition_workflow(workflow, WorkflowState.PAUSED)
+        self.log.error(
+            "prepare raised %s: %s; workflow now %s", type(error).__name__, error, workflow.state
+        )
+        self.error = error
+
+    # --- phase 2 ---------------------------------------------------------------------------
+
+    def run_body(
+        self,
+        workflow: Workflow,
+        execution: StepExecution,
+        step_def: StepDefinition,
+        signal: Signal | None,
+    ) -> Result:
+        self.start_time = time.monotonic()
+        previous = workflow.received_signal
+        workflow.received_signal = signal
+        try:
+            with executing(workflow):
+                workflow.before_step_execution(execution)
+                result: Result = workflow.around_step_execution(
+                    execution, lambda: self.execute_step(workflow, execution, step_def)
+                )
+                workflow.after_step_execution(execution)
+        finally:
+            workflow.received_signal = previous
+        return result
+
+    def execute_step(
+        self, workflow: Workflow, execution: StepExecution, step_def: StepDefinition
+    ) -> Result:
+        with instrument("step", self._payload(workflow, execution)) as payload:
+            result: Result
+            try:
+                if not step_def.resumable:
+                    step_def.run(workflow)
+                    result = Completed()
+                else:
+                    from engine.iteration import IterableStep
+
+                    iterable = IterableStep(step_def.name, execution, executor=self)
+                    try:
+                        step_def.run(workflow, iterable)
+                        result = Completed()
+                    except Interrupt as interrupt:
+                        result = Interruption(interrupt.wait)
+            except FlowControlSignal as signal:
+                result = signal
+            except Exception as error:
+                result = Captured(error)
+            if isinstance(result, Completed):
+                payload["outcome"] = "completed"
+            elif isinstance(result, Interruption):
+                payload["outcome"] = "interrupted"
+                payload["wait"] = result.wait
+            elif isinstance(result, FlowControlSignal):
+                payload["outcome"] = result.action.value
+            else:
+                payload["outcome"] = "exception"
+                payload["exception"] = result.error
+            return result
+
+    def should_interrupt(self, iterations: int) -> bool:
+        """Called at every resumable checkpoint (reference engine-core §6.2)."""
+        if not self.interruptible:
+            return False
+        step_def = self.step_def
+        limit = (
+            self.max_iterations
+            if self.max_iterations is not None
+            else (step_def.max_iterations if step_def else None)
+        )
+        if limit is not None and iterations >= limit:
+            return True
+        if step_def is not None and step_def.max_runtime is not None:
+            if time.monotonic() - self.start_time > step_def.max_runtime.total_seconds():
+                return True
+        if shutdown_requested():
+            return True
+        return self._workflow_stopped_externally()
+
+    def _workflow_stopped_externally(self) -> bool:
+        state = self.session.scalar(
+            select(Workflow.state)
+            .join(StepExecution, StepExecution.workflow_id == Workflow.id)
+            .where(StepExecution.id == self.execution_id)
+        )
+        return state in (WorkflowState.PAUSED, WorkflowState.CANCELED)
+
+    # --- phase 3 ---------------------------------------------------------------------------
+
+    def finalize(self, execution: StepExecution, step_def: StepDefinition, result: Result) -> None:
+        locked = self._lock()
+        if locked is None:
+            self.log.warning("step execution vanished before finalize (workflow deleted?)")
+            return
+        workflow, execution = locked
+        payload = self._payload(workflow, execution)
+        with instrument("finalize", payload):
+            if execution.state != StepState.IN_PROGRESS:
+                self.log.warning(
+                    "execution is %s (changed while the step ran); leaving it alone",
+                    execution.state,
+                )
+                return
+            if workflow.state != WorkflowState.PERFORMING:
+                self.log.warning("workflow is %s (changed while the step ran)", workflow.state)
+                if isinstance(result, Interruption) and workflow.state == WorkflowState.PAUSED:
+                    transition_step(execution, StepState.COMPLETED, Outcome.WORKFLOW_PAUSED)
+                else:
+                    transition_step(execution, StepState.CANCELED, Outcome.CANCELED)
+                return
+            self._apply_result(workflow, execution, step_def, result)
+            if workflow.current_step_name is not None:
+                workflow.current_step_name = None
+            if self.error is None:
+                payload["workflow_state"] = workflow.state
+                payload["step_state"] = execution.state
+
+    def _apply_result(
+        self, workflow: Workflow, execution: StepExecution, step_def: StepDefinition, result: Result
+    ) -> None:
+        session = self.session
+        if isinstance(result, Completed):
+            transition_step(execution, StepState.COMPLETED, Outcome.SUCCESS)
+            signals.resolve_attached(session, execution)
+            transition_workflow(workflow, WorkflowState.READY)
+            scheduling.schedule_next_step(session, workflow)
+        elif isinstance(result, Interruption):
+            transition_step(execution, StepState.COMPLETED, Outcome.CONTINUED)
+            transition_workflow(workflow, WorkflowState.READY)
+            scheduling.create_successor_execution(session, workflow, execution, result.wait)
+        elif isinstance(result, FlowControlSignal):
+            self._apply_flow_control(workflow, execution, step_def, result)
+        else:
+            self.handle_policy(workflow, execution, step_def, result.error, "exception_policy")
+
+    def _apply_flow_control(
+        self,
+        workflow: Workflow,
+        execution: StepExecution,
+        step_def: StepDefinition,
+        signal: FlowControlSignal,
+    ) -> None:
+        session = self.session
+        action = signal.action
+        if action == FlowAction.CANCEL:
+            transition_step(execution, StepState.CANCELED, Outcome.CANCELED)
+            transition_workflow(workflow, WorkflowState.CANCELED)
+        elif action == FlowAction.PAUSE:
+            if step_def.resumable:
+                transition_step(execution, StepState.COMPLETED, Outcome.WORKFLOW_PAUSED)
+            else:
+                transition_step(execution, StepState.CANCELED, Outcome.CANCELED)
+            transition_workflow(workflow, WorkflowState.PAUSED)
+        elif action == FlowAction.REATTEMPT:
+            if step_def.resumable and signal.options.get("rewind"):
+                execution.cursor = None
+            transition_step(execution, StepState.COMPLETED, Outcome.REATTEMPTED)
+            execution.merge_metadata(reattempt_reason="flow_control")
+            transition_workflow(workflow, WorkflowState.READY)
+            if step_def.resumable:
+                scheduling.create_successor_execution(session, workflow, execution, signal.wait)
+            else:
+                scheduling.reschedule_current_step(session, workflow, signal.wait)
+        elif action == FlowAction.SKIP:
+            transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
+            signals.resolve_attached(session, execution)
+            transition_workflow(workflow, WorkflowState.READY)
+            scheduling.schedule_next_step(session, workflow)
+        elif action == FlowAction.FINISHED:
+            transition_step(execution, StepState.COMPLETED, Outcome.SUCCESS)
+            signals.resolve_attached(session, execution)
+            transition_workflow(workflow, WorkflowState.FINISHED)
+        elif action == FlowAction.SUSPEND:
+            transition_step(execution, StepState.COMPLETED, Outcome.CONTINUED)
+            transition_workflow(workflow, WorkflowState.READY)
+            scheduling.create_successor_execution(session, workflow, execution, signal.wait)
+
+    # --- exception policies -------------------------------------------------------------------
+
+    def resolve(
+        self,
+        workflow: Workflow,
+        step_def: StepDefinition | None,
+        step_name: str,
+        error: Exception,
+    ) -> PolicyResult:
+        stack = resolution_stack(
+            step_def.exception_policy if step_def is not None else None,
+            type(workflow)._exception_policies,
+        )
+        count = consecutive_reattempt_count(self.session, workflow, step_name)
+        with executing(workflow):
+            result = stack.apply(error, count, workflow)
+        return result if result is not None else PolicyResult("pause", error)
+
+    def report(
+        self, workflow: Workflow, execution: StepExecution, error: Exception, result: PolicyResult
+    ) -> None:
+        if result.report == "never":
+            return
+        if result.report == "terminal_only" and not result.terminal:
+            return
+        report_error(error, self._context(workflow, execution))
+
+    def handle_policy(
+        self,
+        workflow: Workflow,
+        execution: StepExecution,
+        step_def: StepDefinition,
+        error: Exception,
+        reason: str,
+    ) -> None:
+        """Resolve, report and apply the policy for a body or precondition exception."""
+        session = self.session
+        result = self.resolve(workflow, step_def, step_def.name, error)
+        self.report(workflow, execution, error, result)
+        action = result.action
+        if action == "reattempt":
+            transition_step(execution, StepState.COMPLETED, Outcome.REATTEMPTED)
+            execution.merge_metadata(reattempt_reason=reason, exception=exception_info(error))
+            transition_workflow(workflow, WorkflowState.READY)
+            if step_def.resumable:
+                scheduling.create_successor_execution(session, workflow, execution, result.wait)
+            else:
+                scheduling.reschedule_current_step(session, workflow, result.wait)
+        elif action == "cancel":
+            write_error(execution, error)
+            transition_step(execution, StepState.FAILED, Outcome.CANCELED)
+            transition_workflow(workflow, WorkflowState.CANCELED)
+        elif action == "skip":
+            transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
+            signals.resolve_attached(session, execution)
+            transition_workflow(workflow, WorkflowState.READY)
+            scheduling.schedule_next_step(session, workflow)
+        elif action == "finished":
+            transition_step(execution, StepState.COMPLETED, Outcome.SUCCESS)
+            signals.resolve_attached(session, execution)
+            transition_workflow(workflow, WorkflowState.FINISHED)
+        else:
+            write_error(execution, error)
+            transition_step(execution, StepState.FAILED, Outcome.FAILED)
+            transition_workflow(workflow, WorkflowState.PAUSED)
+        self.log.info("%s raised %s; policy %s", reason, type(error).__name__, action)
+        self.error = error
+
+
+__all__ = [
+    "Executor",
+    "StepConfigurationError",
+    "clear_shutdown",
+    "consecutive_reattempt_count",
+    "execute",
+    "request_shutdown",
+    "transition_step",
+    "transition_workflow",
+]

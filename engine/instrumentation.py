@@ -1,0 +1,98 @@
+"""Instrumentation events and the pluggable error reporter.
+
+Events are blinker signals on a private namespace (named after the gem's
+``precondition.geneva_drive``, ``step.geneva_drive`` and ``finalize.geneva_drive``). Each is
+sent once the measured block is over, with ``duration`` (seconds) in the payload::
+
+    from engine.instrumentation import step_performed
+
+    @step_performed.connect
+    def on_step(sender, **payload): ...
+
+Common payload: ``execution_id``, ``workflow_id``, ``workflow_class``, ``step_name``, plus
+``resumable=True`` for resumable steps (reference signals §4.6).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from blinker import Namespace
+
+_signals = Namespace()
+
+precondition_evaluated = _signals.signal("precondition.geneva_drive")
+step_performed = _signals.signal("step.geneva_drive")
+step_finalized = _signals.signal("finalize.geneva_drive")
+signal_delivered = _signals.signal("signal.geneva_drive")
+operator_action = _signals.signal("operator_action.geneva_drive")
+housekeeping_performed = _signals.signal("housekeeping.geneva_drive")
+
+EVENTS = {
+    "precondition": precondition_evaluated,
+    "step": step_performed,
+    "finalize": step_finalized,
+}
+
+log = logging.getLogger("engine")
+
+
+@contextmanager
+def instrument(event: str, payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Measure the block and send ``event`` with ``payload`` (which the block may extend)."""
+    started = time.perf_counter()
+    try:
+        yield payload
+    finally:
+        payload["duration"] = time.perf_counter() - started
+        signal = EVENTS[event]
+        if signal.receivers:
+            signal.send("engine", **payload)
+
+
+ErrorReporter = Callable[[BaseException, dict[str, Any]], None]
+
+
+def _log_reporter(error: BaseException, context: dict[str, Any]) -> None:
+    log.error(
+        "Step raised %s: %s",
+        type(error).__name__,
+        error,
+        exc_info=(type(error), error, error.__traceback__),
+        extra={"geneva_drive": context},
+    )
+
+
+_reporter: ErrorReporter = _log_reporter
+
+
+def set_error_reporter(reporter: ErrorReporter | None) -> None:
+    """Plug in an error tracker (Sentry, Rollbar…): ``reporter(error, context)``.
+
+    ``context`` holds workflow_id, workflow_class, step_execution_id, step_name, hero_type and
+    hero_id (None entries dropped). ``None`` restores the default, which logs the error.
+    """
+    global _reporter
+    _reporter = reporter or _log_reporter
+
+
+def report_error(error: BaseException, context: dict[str, Any]) -> None:
+    try:
+        _reporter(error, {k: v for k, v in context.items() if v is not None})
+    except Exception:
+        # A broken reporter must not change what happens to the workflow.
+        log.exception("The error reporter itself raised while reporting %r", error)
+
+
+class ContextAdapter(logging.LoggerAdapter[logging.Logger]):
+    """Prefixes log lines with workflow id, class, hero, step and execution id."""
+
+    def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
+        extra = self.extra or {}
+        prefix = " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
+        kwargs.setdefault("extra", {})["geneva_drive"] = dict(extra)
+        return f"[{prefix}] {msg}", kwargs

@@ -1,0 +1,161 @@
+"""``IterableStep``: the cursor API of resumable steps (reference engine-core §6).
+
+A resumable step walks a large collection and checkpoints its cursor. Each checkpoint commits
+the cursor together with whatever the step wrote through the workflow's session since the last
+one, so progress and bookkeeping never disagree; then the executor may interrupt the step
+(max_iterations, max_runtime, worker shutdown, an external pause or cancel) and a successor
+execution continues from the cursor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Select, update
+
+from engine.flow_control import Interrupt
+from engine.models import StepExecution, utcnow
+from engine.serialization import serialize_cursor
+
+if TYPE_CHECKING:
+    from engine.executor import Executor
+
+
+class IterableStep:
+    def __init__(self, name: str, execution: StepExecution, *, executor: Executor) -> None:
+        self.name = name
+        self.execution = execution
+        self._executor = executor
+        self.cursor: Any = execution.cursor_value
+        #: True for every successor execution (continues_from is set), even with a None cursor.
+        self.resumed = execution.continues_from_id is not None
+        #: Checkpoints taken in *this* execution.
+        self.iterations = 0
+        self.advanced = False
+
+    def __repr__(self) -> str:
+        return f"<IterableStep {self.description}>"
+
+    @property
+    def description(self) -> str:
+        return f"at '{self.name}', cursor {self.cursor!r}"
+
+    # --- cursor moves --------------------------------------------------------------------
+
+    def set(self, value: Any) -> None:
+        """Move the cursor to ``value`` and checkpoint."""
+        self.cursor = value
+        self.advanced = True
+        self.checkpoint()
+
+    def advance(self) -> None:
+        """Add one to an integer cursor (None counts as 0) and checkpoint."""
+        current = 0 if self.cursor is None else self.cursor
+        if isinstance(current, bool) or not isinstance(current, int):
+            raise TypeError(f"advance() requires an integer cursor, got {self.cursor!r}")
+        self.set(current + 1)
+
+    def checkpoint(self) -> None:
+        """Persist the cursor (committing the step's work so far); maybe interrupt here."""
+        self.iterations += 1
+        self._persist()
+        if self._executor.should_interrupt(self.iterations):
+            raise Interrupt()
+
+    def skip_to(self, value: Any, wait: timedelta | float | None = None) -> None:
+        """Persist ``value`` and end this execution; a successor continues after ``wait``."""
+        self.cursor = value
+        self.advanced = True
+        self._persist()
+        if wait is not None and not isinstance(wait, timedelta):
+            wait = timedelta(seconds=wait)
+        raise Interrupt(wait)
+
+    def _persist(self) -> None:
+        data = serialize_cursor(self.cursor)
+        session = self._executor.session
+        session.execute(
+            update(StepExecution)
+            .where(StepExecution.id == self.execution.id)
+            .values(cursor=data, updated_at=utcnow())
+            .execution_options(synchronize_session=False)
+        )
+        session.commit()
+
+    # --- iteration helpers ---------------------------------------------------------------
+
+    def iterate_over(self, iterable: Iterable[Any], fn: Callable[[Any], Any]) -> None:
+        """Call ``fn`` for each element, with the element's index + 1 as the cursor."""
+        if not hasattr(iterable, "__iter__"):
+            raise TypeError("iterate_over() needs an iterable")
+        start = self.cursor or 0
+        if isinstance(start, bool) or not isinstance(start, int):
+            raise TypeError(f"iterate_over() needs an integer cursor, got {self.cursor!r}")
+        for index, element in enumerate(iterable):
+            if index < start:
+                continue
+            fn(element)
+            self.set(index + 1)
+
+    def iterate_over_records(
+        self,
+        query: Select[Any],
+        fn: Callable[[Any], Any],
+        cursor_column: str = "id",
+        batch_size: int = 1000,
+    ) -> None:
+        """Call ``fn`` for each row of ``query`` in ``cursor_column`` order; cursor = that value."""
+
+        def each_batch(rows: list[Any]) -> None:
+            for row in rows:
+                fn(row)
+                self.set(getattr(row, cursor_column))
+
+        self._keyset(query, cursor_column, batch_size, each_batch, per_row=True)
+
+    def iterate_over_batches(
+        self,
+        query: Select[Any],
+        fn: Callable[[list[Any]], Any],
+        batch_size: int = 1000,
+        cursor_column: str = "id",
+    ) -> None:
+        """Call ``fn`` with lists of up to ``batch_size`` rows; cursor = the batch's last value."""
+
+        def each_batch(rows: list[Any]) -> None:
+            fn(rows)
+            self.set(getattr(rows[-1], cursor_column))
+
+        self._keyset(query, cursor_column, batch_size, each_batch, per_row=False)
+
+    def _keyset(
+        self,
+        query: Select[Any],
+        cursor_column: str,
+        batch_size: int,
+        each_batch: Callable[[list[Any]], None],
+        per_row: bool,
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        entity = query.column_descriptions[0]["entity"]
+        if entity is None or not hasattr(entity, cursor_column):
+            raise ValueError(
+                f"cursor_column {cursor_column!r} is not an attribute of the query's entity; "
+                "select a mapped class and name one of its unique, ordered columns"
+            )
+        column = getattr(entity, cursor_column)
+        session = self._executor.session
+        while True:
+            page = query.order_by(None).order_by(column)
+            if self.cursor is not None:
+                # Keyset: an index range scan from the cursor on, never OFFSET.
+                page = page.where(column > self.cursor)
+            rows = list(session.scalars(page.limit(batch_size)))
+            if not rows:
+                return
+            each_batch(rows)
+            if len(rows) < batch_size:
+                return

@@ -1,0 +1,238 @@
+"""Operator actions on a workflow from outside its steps (reference engine-core §5).
+
+Each runs in the caller's transaction under the workflow lock, rechecks the state after taking
+the lock, and refuses with :class:`InvalidStateError` naming the workflow and the way out.
+The predicates live in :mod:`engine.states`; nothing here has its own copy of the rules.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+
+from engine import scheduling, signals, states
+from engine.errors import InvalidStateError, StepNotDefinedError
+from engine.models import StepExecution, utcnow
+from engine.states import Outcome, StepState, WorkflowState
+
+if TYPE_CHECKING:
+    from engine.workflow import Workflow
+
+
+def _label(workflow: Workflow) -> str:
+    return f"{type(workflow).__name__} #{workflow.id}"
+
+
+def _refuse(action: str, workflow: Workflow, hint: str) -> InvalidStateError:
+    verb = {"skip": "skip on"}.get(action, action)
+    return InvalidStateError(
+        f"Cannot {verb} a {workflow.state} workflow ({_label(workflow)}). {hint}"
+    )
+
+
+_HINTS = {
+    "pause": "Only a ready or performing workflow can be paused.",
+    "cancel": "Only an ongoing workflow (ready, performing or paused) can be canceled.",
+    "skip": "Only a ready or paused workflow can skip its current step.",
+    "resume": "Only a paused workflow can be resumed.",
+    "resume_at": "Only a paused workflow can be resumed at a step; pause it first.",
+}
+
+
+def _check(action: str, workflow: Workflow, allowed: bool) -> None:
+    if not allowed:
+        raise _refuse(action, workflow, _HINTS[action])
+
+
+def _locked(workflow: Workflow) -> Any:
+    session = scheduling.session_of(workflow)
+    scheduling.lock_workflow(session, workflow)
+    return session
+
+
+def pause(workflow: Workflow) -> None:
+    """Pause: keeps the scheduled or parked execution, which is canceled if its job fires."""
+    _check("pause", workflow, states.can_pause(workflow.state))
+    _locked(workflow)
+    _check("pause", workflow, states.can_pause(workflow.state))
+    workflow.state = WorkflowState.PAUSED
+    workflow.transitioned_at = utcnow()
+    scheduling.session_of(workflow).flush()
+
+
+def cancel(workflow: Workflow) -> None:
+    _check("cancel", workflow, states.can_cancel(workflow.state))
+    session = _locked(workflow)
+    _check("cancel", workflow, states.can_cancel(workflow.state))
+    current = scheduling.current_execution(session, workflow)
+    if current is not None:
+        current.state = StepState.CANCELED
+        current.outcome = Outcome.CANCELED
+        current.canceled_at = utcnow()
+    workflow.state = WorkflowState.CANCELED
+    workflow.transitioned_at = utcnow()
+    session.flush()
+
+
+def skip(workflow: Workflow) -> StepExecution | None:
+    """Skip the current step and schedule the next one (or finish)."""
+    _check("skip", workflow, states.can_skip(workflow.state))
+    session = _locked(workflow)
+    _check("skip", workflow, states.can_skip(workflow.state))
+    if workflow.state == WorkflowState.PAUSED:
+        workflow.state = WorkflowState.READY
+        workflow.transitioned_at = None
+        failed = session.scalars(
+            select(StepExecution)
+            .where(
+                StepExecution.workflow_id == workflow.id,
+                StepExecution.step_name == workflow.next_step_name,
+                StepExecution.signal_id.is_not(None),
+            )
+            .order_by(StepExecution.created_at.desc(), StepExecution.id.desc())
+            .limit(1)
+        ).first()
+        if failed is not None:
+            signals.settle_for_skipped(session, failed)
+    else:
+        current = scheduling.current_execution(session, workflow)
+        if current is not None:
+            current.state = StepState.SKIPPED
+            current.outcome = Outcome.SKIPPED
+            current.skipped_at = utcnow()
+            session.flush()
+            signals.settle_for_skipped(session, current)
+    return scheduling.schedule_next_step(session, workflow)
+
+
+def resume(workflow: Workflow) -> StepExecution | None:
+    """Resume a paused workflow (reference engine-core §5.4).
+
+    The preserved execution is re-sent (overdue ones run now); a parked one is re-matched
+    against buffered signals; a resumable step paused mid-way continues from its cursor; a
+    failed step is retried. A workflow stranded on a deleted step is refused *before* anything
+    changes (the gem flips to ready first; we validate first so ``resume_at`` stays possible).
+    """
+    _check("resume", workflow, states.can_resume(workflow.state))
+    session = _locked(workflow)
+    _check("resume", workflow, states.can_resume(workflow.state))
+    current = scheduling.current_execution(session, workflow)
+    continuation = None if current is not None else _continuation_point(session, workflow)
+    if (
+        current is None
+        and continuation is None
+        and workflow.steps.named(workflow.next_step_name) is None
+    ):
+        raise _stranded_error(workflow)
+    workflow.state = WorkflowState.READY
+    workflow.transitioned_at = None
+    if current is not None:
+        if current.state == StepState.WAITING:
+            signals.rendezvous_waiting(session, workflow, current)
+            return scheduling.current_execution(session, workflow)
+        if current.state == StepState.SCHEDULED:
+            scheduling.enqueue_execution(
+                session, workflow, current, workflow.steps.named(current.step_name)
+            )
+        return current
+    if continuation is not None:
+        return scheduling.create_successor_execution(session, workflow, continuation)
+    step_def = workflow.steps.named(workflow.next_step_name)
+    assert step_def is not None
+    return scheduling.create_step_execution(session, workflow, step_def, None)
+
+
+def _continuation_point(session: Any, workflow: Workflow) -> StepExecution | None:
+    """A resumable execution to continue from: a workflow_paused marker, or a failed one with a cursor."""
+    marker = session.scalars(
+        select(StepExecution)
+        .where(
+            StepExecution.workflow_id == workflow.id,
+            StepExecution.state == StepState.COMPLETED,
+            StepExecution.outcome == Outcome.WORKFLOW_PAUSED,
+        )
+        .order_by(StepExecution.created_at.desc(), StepExecution.id.desc())
+        .limit(1)
+    ).first()
+    if marker is not None and not _has_successor(session, marker):
+        return marker  # type: ignore[no-any-return]
+    failed = session.scalars(
+        select(StepExecution)
+        .where(
+            StepExecution.workflow_id == workflow.id,
+            StepExecution.step_name == workflow.next_step_name,
+            StepExecution.state == StepState.FAILED,
+        )
+        .order_by(StepExecution.created_at.desc(), StepExecution.id.desc())
+        .limit(1)
+    ).first()
+    if failed is not None and failed.cursor is not None and not _has_successor(session, failed):
+        return failed  # type: ignore[no-any-return]
+    return None
+
+
+def _has_successor(session: Any, execution: StepExecution) -> bool:
+    return (
+        session.scalar(
+            select(StepExecution.id).where(StepExecution.continues_from_id == execution.id).limit(1)
+        )
+        is not None
+    )
+
+
+def _runnable_names(workflow: Workflow) -> str:
+    names = [s.name for s in workflow.steps.runnable]
+    return ", ".join(names) if names else "(none)"
+
+
+def _stranded_error(workflow: Workflow) -> StepNotDefinedError:
+    cls = type(workflow).__name__
+    step = workflow.next_step_name
+    return StepNotDefinedError(
+        f"Cannot resume {_label(workflow)}: step '{step}' is no longer defined in {cls}. Pick "
+        f"the step to continue from with resume_at(step_name) - the steps still defined are "
+        f"{_runnable_names(workflow)} - or cancel() the workflow. To stop future removals from "
+        f"stranding workflows this way, leave `{step} = removed_step()` in place of the deleted "
+        "step.",
+        workflow=workflow,
+    )
+
+
+def resume_at(workflow: Workflow, step_name: Any) -> StepExecution:
+    """Resume a paused workflow at a chosen runnable step; returns the new execution."""
+    _check("resume_at", workflow, states.can_resume_at(workflow.state))
+    name = str(step_name)
+    step_def = workflow.steps.named(name)
+    if step_def is None or step_def.removed:
+        what = "a removed_step" if step_def is not None else "not defined"
+        raise StepNotDefinedError(
+            f"Cannot resume {_label(workflow)} at '{name}': that step is {what} in "
+            f"{type(workflow).__name__}. The steps it can be resumed at are "
+            f"{_runnable_names(workflow)}.",
+            workflow=workflow,
+        )
+    session = _locked(workflow)
+    _check("resume_at", workflow, states.can_resume_at(workflow.state))
+    workflow.state = WorkflowState.READY
+    workflow.current_step_name = None
+    workflow.transitioned_at = None
+    return scheduling.create_step_execution(session, workflow, step_def, None)
+
+
+def reattempt(workflow: Workflow) -> StepExecution | None:
+    """Operator reattempt: a paused workflow is resumed (retrying its step); a ready one runs
+    its current step again now."""
+    if workflow.state == WorkflowState.PAUSED:
+        return resume(workflow)
+    if workflow.state != WorkflowState.READY:
+        raise InvalidStateError(
+            f"Cannot reattempt a {workflow.state} workflow ({_label(workflow)}). Only a ready or "
+            "paused workflow can run its step again."
+        )
+    session = _locked(workflow)
+    if workflow.state != WorkflowState.READY:
+        raise InvalidStateError(
+            f"Cannot reattempt a {workflow.state} workflow ({_label(workflow)})."
+        )
+    return scheduling.reschedule_current_step(session, workflow, None)

@@ -1,0 +1,246 @@
+"""Creating step executions and handing them to the transport (reference engine-core §3.4).
+
+Every function here runs inside the caller's transaction, with the workflow lock taken by
+:func:`lock_workflow`. ``create_step_execution`` is the only "normal" scheduler; every path
+that creates an execution first sweeps stray scheduled/waiting executions of the workflow, so
+at most one is ever current (the partial unique index covers scheduled and in_progress; the
+sweep covers waiting).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from engine import db
+from engine.config import settings
+from engine.job_options import merge
+from engine.models import StepExecution, utcnow
+from engine.states import STRAY_STEP_STATES, Outcome, StepState, WorkflowState
+from engine.transport import Message, new_job_id, queue_message
+
+if TYPE_CHECKING:
+    from engine.steps import StepDefinition
+    from engine.workflow import Workflow
+
+
+def session_of(workflow: Workflow) -> Session:
+    from sqlalchemy.orm import object_session
+
+    session = object_session(workflow)
+    if session is None:
+        raise RuntimeError(
+            f"{type(workflow).__name__} #{workflow.id} is not attached to a session; load it "
+            "through a session (session.get(...)) before calling workflow methods"
+        )
+    return session
+
+
+def lock_workflow(session: Session, workflow: Workflow) -> Workflow:
+    """Take the workflow row lock (FOR UPDATE; the write lock on SQLite) and reload the row."""
+    db.begin_write(session)
+    session.flush()
+    if db.is_sqlite(session):
+        session.refresh(workflow)
+    else:
+        session.refresh(workflow, with_for_update=True)
+    return workflow
+
+
+def lock_execution(session: Session, execution: StepExecution) -> StepExecution:
+    if db.is_sqlite(session):
+        session.refresh(execution)
+    else:
+        session.refresh(execution, with_for_update=True)
+    return execution
+
+
+def current_execution(session: Session, workflow: Workflow) -> StepExecution | None:
+    from engine.states import CURRENT_STEP_STATES
+
+    return session.scalars(
+        select(StepExecution)
+        .where(
+            StepExecution.workflow_id == workflow.id,
+            StepExecution.state.in_(list(CURRENT_STEP_STATES)),
+        )
+        .order_by(StepExecution.id)
+        .limit(1)
+    ).first()
+
+
+def cancel_stray_executions(session: Session, workflow: Workflow) -> None:
+    now = utcnow()
+    session.execute(
+        update(StepExecution)
+        .where(
+            StepExecution.workflow_id == workflow.id,
+            StepExecution.state.in_(list(STRAY_STEP_STATES)),
+        )
+        .values(state=StepState.CANCELED, outcome=Outcome.CANCELED, canceled_at=now, updated_at=now)
+        .execution_options(synchronize_session="fetch")
+    )
+
+
+def job_options_for(workflow: Workflow, step_def: StepDefinition | None) -> dict[str, Any]:
+    """Class < instance < step (reference engine-core §8)."""
+    return merge(
+        type(workflow).class_step_job_options(),
+        workflow.step_job_options,
+        step_def.job_options if step_def is not None else None,
+    )
+
+
+def plan_send(
+    workflow: Workflow,
+    step_def: StepDefinition | None,
+    scheduled_for: datetime,
+    *,
+    force: bool = False,
+) -> Message | None:
+    """Decide whether an execution due at ``scheduled_for`` is sent at commit.
+
+    Executions due within the dispatch horizon get a message (with a countdown); later ones
+    get none and keep ``sent_at`` NULL until the dispatcher finds them due. ``force`` sends
+    regardless of the horizon (the dispatcher and ``resume()`` use it for due work).
+    Configured ``wait``/``wait_until`` job options delay the message without changing
+    ``scheduled_for``, as in the gem.
+    """
+    now = utcnow()
+    options = job_options_for(workflow, step_def)
+    due_at = scheduled_for
+    wait_until = options.get("wait_until")
+    if wait_until is not None:
+        if not isinstance(wait_until, datetime):
+            wait_until = datetime.fromtimestamp(float(wait_until), UTC)
+        due_at = max(due_at, wait_until)
+    wait = options.get("wait")
+    if wait is not None:
+        extra = wait if isinstance(wait, timedelta) else timedelta(seconds=float(wait))
+        due_at = max(due_at, now + extra)
+    delay = (due_at - now).total_seconds()
+    if not force and delay > settings.dispatch_horizon.total_seconds():
+        return None
+    return Message(
+        execution_id=0,
+        job_id=new_job_id(),
+        queue=options.get("queue"),
+        priority=options.get("priority"),
+        countdown=delay if delay > 0 else None,
+        options=options,
+    )
+
+
+def enqueue_execution(
+    session: Session,
+    workflow: Workflow,
+    execution: StepExecution,
+    step_def: StepDefinition | None,
+    *,
+    force: bool = False,
+) -> Message | None:
+    """Queue an existing execution's message for after commit (resume, dispatcher, wake)."""
+    message = plan_send(workflow, step_def, execution.scheduled_for, force=force)
+    if message is None:
+        return None
+    message.execution_id = execution.id
+    execution.job_id = message.job_id
+    execution.sent_at = utcnow()
+    queue_message(session, message)
+    return message
+
+
+def _insert_execution(
+    session: Session,
+    workflow: Workflow,
+    step_def: StepDefinition | None,
+    step_name: str,
+    wait: timedelta | None,
+    **columns: Any,
+) -> StepExecution:
+    now = utcnow()
+    scheduled_for = now + wait if wait is not None else now
+    message = plan_send(workflow, step_def, scheduled_for)
+    cancel_stray_executions(session, workflow)
+    execution = StepExecution(
+        workflow_id=workflow.id,
+        step_name=step_name,
+        state=StepState.SCHEDULED,
+        scheduled_for=scheduled_for,
+        job_id=message.job_id if message else None,
+        sent_at=now if message else None,
+        **columns,
+    )
+    session.add(execution)
+    workflow.next_step_name = step_name
+    session.flush()
+    if message is not None:
+        message.execution_id = execution.id
+        queue_message(session, message)
+    return execution
+
+
+def create_step_execution(
+    session: Session, workflow: Workflow, step_def: StepDefinition, wait: timedelta | None
+) -> StepExecution:
+    return _insert_execution(session, workflow, step_def, step_def.name, wait)
+
+
+def create_successor_execution(
+    session: Session, workflow: Workflow, predecessor: StepExecution, wait: timedelta | None = None
+) -> StepExecution:
+    """The next link of a resumable chain: same step, the predecessor's cursor and signal pin."""
+    return _insert_execution(
+        session,
+        workflow,
+        workflow.steps.named(predecessor.step_name),
+        predecessor.step_name,
+        wait,
+        continues_from_id=predecessor.id,
+        cursor=predecessor.cursor,
+        signal_id=predecessor.signal_id,
+    )
+
+
+def finish_workflow(session: Session, workflow: Workflow) -> None:
+    workflow.state = WorkflowState.FINISHED
+    workflow.transitioned_at = utcnow()
+    workflow.current_step_name = None
+    workflow.next_step_name = None
+    session.flush()
+
+
+def reference_step_name(workflow: Workflow) -> str | None:
+    return workflow.current_step_name or workflow.next_step_name
+
+
+def schedule_next_step(
+    session: Session, workflow: Workflow, wait: timedelta | None = None
+) -> StepExecution | None:
+    following = workflow.steps.next_after(reference_step_name(workflow))
+    if following is None:
+        finish_workflow(session, workflow)
+        return None
+    return create_step_execution(
+        session, workflow, following, wait if wait is not None else following.wait
+    )
+
+
+def reschedule_current_step(
+    session: Session, workflow: Workflow, wait: timedelta | None = None
+) -> StepExecution:
+    """Run the current step again; only the given wait counts (the step's own is not reapplied)."""
+    name = reference_step_name(workflow)
+    step_def = workflow.steps.named(name)
+    if step_def is None:
+        from engine.errors import StepNotDefinedError
+
+        raise StepNotDefinedError(
+            f"Cannot reschedule {type(workflow).__name__} #{workflow.id}: step '{name}' is not "
+            f"defined in {type(workflow).__name__}",
+            workflow=workflow,
+        )
+    return create_step_execution(session, workflow, step_def, wait)

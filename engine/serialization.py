@@ -1,0 +1,116 @@
+"""JSON serialization of cursors and signal payloads, with size limits.
+
+JSON scalars, lists and string-keyed dicts are stored as they are. Dates, datetimes, times,
+UUIDs and decimals are stored as tagged objects (``{"_gd": "datetime", "v": "…"}``) and come
+back as the same type, so a cursor can be a ``(created_at, id)`` pair without user code.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import date, datetime, time
+from decimal import Decimal
+from typing import Any
+
+from engine.config import settings
+from engine.errors import CursorTooLargeError, SignalPayloadTooLargeError
+
+TAG = "_gd"
+
+
+def to_json_value(value: Any, *, path: str = "value") -> Any:
+    """Turn ``value`` into plain JSON data, tagging the types JSON has no word for."""
+    if value is None or isinstance(value, bool | int | str):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"{path} is {value!r}, which JSON cannot represent")
+        return value
+    if isinstance(value, datetime):
+        return {TAG: "datetime", "v": value.isoformat()}
+    if isinstance(value, date):
+        return {TAG: "date", "v": value.isoformat()}
+    if isinstance(value, time):
+        return {TAG: "time", "v": value.isoformat()}
+    if isinstance(value, uuid.UUID):
+        return {TAG: "uuid", "v": str(value)}
+    if isinstance(value, Decimal):
+        return {TAG: "decimal", "v": str(value)}
+    if isinstance(value, list | tuple):
+        return [to_json_value(v, path=f"{path}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str | int | float | bool) or key is None:
+                raise TypeError(
+                    f"{path} has a key {key!r} of type {type(key).__name__}; use strings"
+                )
+            out[str(key)] = to_json_value(item, path=f"{path}[{key!r}]")
+        return out
+    raise TypeError(
+        f"{path} holds a {type(value).__name__} ({value!r}), which cannot be stored as JSON; "
+        "use strings, numbers, lists, dicts, dates, datetimes, UUIDs or decimals"
+    )
+
+
+def deserialize(value: Any) -> Any:
+    if isinstance(value, list):
+        return [deserialize(v) for v in value]
+    if isinstance(value, dict):
+        tag = value.get(TAG)
+        if tag is not None and set(value) == {TAG, "v"}:
+            raw = value["v"]
+            if tag == "datetime":
+                return datetime.fromisoformat(raw)
+            if tag == "date":
+                return date.fromisoformat(raw)
+            if tag == "time":
+                return time.fromisoformat(raw)
+            if tag == "uuid":
+                return uuid.UUID(raw)
+            if tag == "decimal":
+                return Decimal(raw)
+        return {k: deserialize(v) for k, v in value.items()}
+    return value
+
+
+def compact_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def serialize_cursor(value: Any) -> Any:
+    """The single serialization path for cursor writes; enforces ``max_cursor_size``."""
+    if value is None:
+        return None
+    data = to_json_value(value, path="cursor")
+    limit = settings.max_cursor_size
+    if limit is not None:
+        size = compact_size(data)
+        if size > limit:
+            raise CursorTooLargeError(
+                f"Serialized cursor is {size} bytes, exceeding settings.max_cursor_size ({limit} "
+                "bytes). The cursor is a position marker (an id, page number, or token), not a "
+                "place to store the data being processed. Set settings.max_cursor_size to None "
+                "to disable this check."
+            )
+    return data
+
+
+def serialize_payload(value: Any) -> Any:
+    """Serialize a signal payload; enforces ``max_signal_payload_size`` (equal is allowed)."""
+    if value is None:
+        return None
+    data = to_json_value(value, path="payload")
+    limit = settings.max_signal_payload_size
+    if limit is not None:
+        size = compact_size(data)
+        if size > limit:
+            raise SignalPayloadTooLargeError(
+                f"Serialized signal payload is {size} bytes, exceeding "
+                f"settings.max_signal_payload_size ({limit} bytes). A payload describes the "
+                "event, it is not a place to ship the data the step should be working on - write "
+                "what matters onto the hero instead. Set settings.max_signal_payload_size to None "
+                "to disable this check."
+            )
+    return data

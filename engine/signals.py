@@ -1,0 +1,266 @@
+"""Workflow signals: deliver, deduplicate, wake, claim and consume (reference signals §2).
+
+A signal is an external event for one workflow (a webhook, a countersignature). A step with
+``wait_for=`` parks at the gate until a matching signal is attached. Lifecycle:
+``pending`` (buffered) → ``claimed`` (attached to an execution) → ``consumed`` (every step that
+attached it resolved cleanly). ``claimed`` and ``consumed`` are also counters.
+
+(Not to be confused with blinker signals, which live in :mod:`engine.instrumentation`.)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from engine import scheduling
+from engine.errors import WorkflowNotOngoing
+from engine.instrumentation import signal_delivered
+from engine.models import Signal, StepExecution, utcnow
+from engine.serialization import serialize_payload
+from engine.states import (
+    CURRENT_STEP_STATES,
+    RESOLVING_OUTCOMES,
+    SignalState,
+    StepState,
+    WorkflowState,
+    is_ongoing,
+)
+from engine.transport import discard_pending_after, pending_count
+
+if TYPE_CHECKING:
+    from engine.steps import StepDefinition
+    from engine.workflow import Workflow
+
+log = logging.getLogger("engine.signals")
+
+
+def claim(signal: Signal) -> None:
+    signal.claimed = (signal.claimed or 0) + 1
+    if signal.state == SignalState.PENDING:
+        signal.state = SignalState.CLAIMED
+        signal.claimed_at = utcnow()
+
+
+def fully_resolved(
+    session: Session, signal: Signal, resolved_step_names: list[str] | None = None
+) -> bool:
+    session.flush()
+    attached = list(
+        session.scalars(
+            select(StepExecution)
+            .where(StepExecution.signal_id == signal.id)
+            .order_by(StepExecution.created_at, StepExecution.id)
+        )
+    )
+    settled = set(resolved_step_names or ())
+    remaining = [e for e in attached if e.step_name not in settled]
+    if any(e.state in CURRENT_STEP_STATES for e in remaining):
+        return False
+    latest: OrderedDict[str, StepExecution] = OrderedDict()
+    for execution in remaining:
+        latest[execution.step_name] = execution
+    return all(e.outcome in RESOLVING_OUTCOMES for e in latest.values())
+
+
+def record_consumption(
+    session: Session, signal: Signal, resolved_step_names: list[str] | None = None
+) -> None:
+    signal.consumed = (signal.consumed or 0) + 1
+    if signal.state == SignalState.CLAIMED and fully_resolved(session, signal, resolved_step_names):
+        signal.state = SignalState.CONSUMED
+        signal.consumed_at = utcnow()
+
+
+def resolve_attached(session: Session, execution: StepExecution) -> None:
+    """A clean finish of an execution that carries a signal pin consumes it once."""
+    if execution.signal_id is None:
+        return
+    signal = session.get(Signal, execution.signal_id)
+    if signal is not None:
+        record_consumption(session, signal)
+
+
+def settle_for_skipped(session: Session, execution: StepExecution) -> None:
+    """A skipped execution settles its claimed signal by decree (its chain counts as resolved)."""
+    if execution.signal_id is None:
+        return
+    signal = session.get(Signal, execution.signal_id)
+    if signal is not None and signal.state == SignalState.CLAIMED:
+        record_consumption(session, signal, [execution.step_name])
+
+
+def attachable(session: Session, workflow: Workflow) -> list[Signal]:
+    """Every non-consumed signal of the workflow, oldest first, adopted onto the live instance."""
+    found = list(
+        session.scalars(
+            select(Signal)
+            .where(Signal.workflow_id == workflow.id, Signal.state != SignalState.CONSUMED)
+            .order_by(Signal.created_at, Signal.id)
+        )
+    )
+    for signal in found:
+        _adopt(signal, workflow)
+    return found
+
+
+def _adopt(signal: Signal, workflow: Workflow) -> None:
+    # Matchers see the live workflow instance, never a reloaded copy.
+    signal.__dict__["workflow"] = workflow
+
+
+def attach_at_gate(
+    session: Session, workflow: Workflow, execution: StepExecution, step_def: StepDefinition
+) -> Signal | None:
+    """The gate: attach the oldest matching unconsumed signal, or return None to park."""
+    matcher = step_def.signal_matcher
+    for candidate in attachable(session, workflow):
+        if matcher.matches(candidate):
+            claim(candidate)
+            execution.signal_id = candidate.id
+            return candidate
+    return None
+
+
+def wake_matching(session: Session, workflow: Workflow, signal: Signal) -> list[StepExecution]:
+    """Wake parked executions that ``signal`` matches. The workflow lock must be held."""
+    if workflow.state == WorkflowState.PAUSED or not is_ongoing(workflow.state):
+        return []
+    _adopt(signal, workflow)
+    woken: list[StepExecution] = []
+    waiting = session.scalars(
+        select(StepExecution)
+        .where(StepExecution.workflow_id == workflow.id, StepExecution.state == StepState.WAITING)
+        .order_by(StepExecution.created_at, StepExecution.id)
+    )
+    for execution in list(waiting):
+        step_def = workflow.steps.named(execution.step_name)
+        if step_def is None or not step_def.waits_for_signal:
+            continue
+        if not step_def.signal_matcher.matches(signal):
+            continue
+        claim(signal)
+        execution.signal_id = signal.id
+        execution.state = StepState.SCHEDULED
+        execution.scheduled_for = utcnow()
+        execution.waiting_since = None
+        woken.append(execution)
+    if woken:
+        session.flush()
+        for execution in woken:
+            scheduling.enqueue_execution(
+                session, workflow, execution, workflow.steps.named(execution.step_name), force=True
+            )
+    return woken
+
+
+def deliver(
+    workflow: Workflow,
+    name: Any,
+    payload: Any = None,
+    idempotency_key: Any = None,
+    **unknown: Any,
+) -> Signal:
+    """``workflow.signal(...)``: one atomic delivery (reference signals §2.5)."""
+    if unknown:
+        raise TypeError(f"Unknown options passed to signal(): {', '.join(sorted(unknown))}")
+    if name is None or str(name).strip() == "":
+        raise ValueError("signal() requires a signal name")
+    name = str(name)
+    key = str(idempotency_key) if idempotency_key is not None else None
+    data = serialize_payload({} if payload is None else payload)
+    session = scheduling.session_of(workflow)
+
+    sends_before = pending_count(session)
+    try:
+        with session.begin_nested():
+            scheduling.lock_workflow(session, workflow)
+            signal, duplicate = _insert_or_find(session, workflow, name, key, data)
+            if not duplicate and workflow.state != WorkflowState.PAUSED:
+                wake_matching(session, workflow, signal)
+    except BaseException:
+        discard_pending_after(session, sends_before)
+        raise
+    if duplicate:
+        signal.duplicate_delivery = True
+    if signal_delivered.receivers:
+        signal_delivered.send(
+            "engine",
+            workflow_id=workflow.id,
+            workflow_class=type(workflow).__name__,
+            name=name,
+            duplicate=duplicate,
+        )
+    return signal
+
+
+def _insert_or_find(
+    session: Session, workflow: Workflow, name: str, key: str | None, data: Any
+) -> tuple[Signal, bool]:
+    if not is_ongoing(workflow.state):
+        existing = _find(session, workflow, name, key) if key is not None else None
+        if existing is not None:
+            return existing, True
+        raise WorkflowNotOngoing(
+            f'Cannot deliver signal "{name}" to a {workflow.state} workflow '
+            f"({type(workflow).__name__} #{workflow.id})"
+        )
+    signal = Signal(
+        workflow_id=workflow.id,
+        name=name,
+        idempotency_key=key,
+        state=SignalState.PENDING,
+        payload_json=data,
+        claimed=0,
+        consumed=0,
+    )
+    if key is not None:
+        existing = _find(session, workflow, name, key)
+        if existing is not None:
+            return existing, True
+        try:
+            with session.begin_nested():
+                session.add(signal)
+                session.flush()
+        except IntegrityError:
+            # A concurrent delivery of the same key won the race; first payload wins.
+            existing = _find(session, workflow, name, key)
+            if existing is None:
+                raise
+            return existing, True
+    else:
+        session.add(signal)
+        session.flush()
+    return signal, False
+
+
+def _find(session: Session, workflow: Workflow, name: str, key: str | None) -> Signal | None:
+    return session.scalars(
+        select(Signal).where(
+            Signal.workflow_id == workflow.id, Signal.name == name, Signal.idempotency_key == key
+        )
+    ).first()
+
+
+def rendezvous_waiting(session: Session, workflow: Workflow, execution: StepExecution) -> None:
+    """On resume: release a parked execution whose step was removed, or wake it if a buffered
+    signal matches now. The workflow lock must be held."""
+    step_def = workflow.steps.named(execution.step_name)
+    if step_def is not None and step_def.removed:
+        execution.state = StepState.SKIPPED
+        execution.outcome = "skipped"
+        execution.skipped_at = utcnow()
+        settle_for_skipped(session, execution)
+        scheduling.schedule_next_step(session, workflow)
+        return
+    if step_def is None or not step_def.waits_for_signal:
+        return
+    for candidate in attachable(session, workflow):
+        if step_def.signal_matcher.matches(candidate):
+            wake_matching(session, workflow, candidate)
+            return

@@ -1,0 +1,237 @@
+"""The one state machine of the engine.
+
+Every other module (executor, flow control, housekeeping, dispatcher, dashboard presenters)
+asks this module whether a state is ongoing, terminal or active, and which transitions are
+legal. Nothing here touches the database.
+
+Workflow states (geneva_drive ``WORKFLOW_TRANSITIONS``)::
+
+    ready ──▶ performing ──▶ ready ...        (one step after another)
+      │            │
+      ├──▶ paused ◀┤          (operator or exception policy; resume() goes back to ready)
+      ├──▶ finished ◀┤        (terminal)
+      └──▶ canceled ◀┘        (terminal)
+
+Step execution states (``STEP_TRANSITIONS``)::
+
+    scheduled ──▶ in_progress ──▶ completed | failed | canceled | skipped
+        │  ▲
+        ▼  │
+      waiting   (parked at the signal gate; woken back to scheduled)
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from engine.errors import InvalidStateTransition
+
+
+class WorkflowState(StrEnum):
+    #: Waiting for its next step execution to run (or parked on a signal).
+    READY = "ready"
+    #: A step body is running right now.
+    PERFORMING = "performing"
+    #: Stopped by an operator or an exception policy; keeps its uniqueness slot.
+    PAUSED = "paused"
+    #: Ran out of steps, or a step called ``finish()``. Terminal.
+    FINISHED = "finished"
+    #: Canceled by a condition, a step, a policy or an operator. Terminal.
+    CANCELED = "canceled"
+
+
+class StepState(StrEnum):
+    #: Created and due at ``scheduled_for``; the only state the executor starts.
+    SCHEDULED = "scheduled"
+    #: Parked at the signal gate until a matching signal arrives.
+    WAITING = "waiting"
+    #: The body is running.
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    SKIPPED = "skipped"
+
+
+class Outcome(StrEnum):
+    SUCCESS = "success"
+    CONTINUED = "continued"
+    REATTEMPTED = "reattempted"
+    SKIPPED = "skipped"
+    CANCELED = "canceled"
+    FAILED = "failed"
+    RECOVERED = "recovered"
+    WORKFLOW_PAUSED = "workflow_paused"
+
+
+class SignalState(StrEnum):
+    PENDING = "pending"
+    CLAIMED = "claimed"
+    CONSUMED = "consumed"
+
+
+#: Workflows that still hold their hero's uniqueness slot.
+ONGOING_WORKFLOW_STATES = frozenset(
+    {WorkflowState.READY, WorkflowState.PERFORMING, WorkflowState.PAUSED}
+)
+#: Workflows that will never run another step.
+TERMINAL_WORKFLOW_STATES = frozenset({WorkflowState.FINISHED, WorkflowState.CANCELED})
+#: Workflows whose scheduled executions the executor will start.
+RUNNABLE_WORKFLOW_STATES = frozenset({WorkflowState.READY, WorkflowState.PERFORMING})
+
+#: Executions covered by the one-active partial unique index.
+ACTIVE_STEP_STATES = frozenset({StepState.SCHEDULED, StepState.IN_PROGRESS})
+#: What ``current_execution`` looks for (``waiting`` is enforced by code, not the index).
+CURRENT_STEP_STATES = frozenset({StepState.SCHEDULED, StepState.WAITING, StepState.IN_PROGRESS})
+#: Executions a new execution sweeps away (the "stray" sweep).
+STRAY_STEP_STATES = frozenset({StepState.SCHEDULED, StepState.WAITING})
+#: Executions that are over.
+FINAL_STEP_STATES = frozenset(
+    {StepState.COMPLETED, StepState.FAILED, StepState.CANCELED, StepState.SKIPPED}
+)
+
+WORKFLOW_TRANSITIONS: dict[str, frozenset[str]] = {
+    WorkflowState.READY: frozenset(
+        {
+            WorkflowState.READY,
+            WorkflowState.PERFORMING,
+            WorkflowState.CANCELED,
+            WorkflowState.PAUSED,
+            WorkflowState.FINISHED,
+        }
+    ),
+    WorkflowState.PERFORMING: frozenset(
+        {
+            WorkflowState.READY,
+            WorkflowState.PERFORMING,
+            WorkflowState.CANCELED,
+            WorkflowState.PAUSED,
+            WorkflowState.FINISHED,
+        }
+    ),
+    WorkflowState.PAUSED: frozenset(),
+    WorkflowState.FINISHED: frozenset(),
+    WorkflowState.CANCELED: frozenset(),
+}
+
+STEP_TRANSITIONS: dict[str, frozenset[str]] = {
+    StepState.SCHEDULED: frozenset(
+        {
+            StepState.SCHEDULED,
+            StepState.WAITING,
+            StepState.IN_PROGRESS,
+            StepState.CANCELED,
+            StepState.SKIPPED,
+            StepState.FAILED,
+            StepState.COMPLETED,
+        }
+    ),
+    StepState.WAITING: frozenset({StepState.SCHEDULED, StepState.CANCELED, StepState.SKIPPED}),
+    StepState.IN_PROGRESS: frozenset(
+        {
+            StepState.IN_PROGRESS,
+            StepState.COMPLETED,
+            StepState.FAILED,
+            StepState.CANCELED,
+            StepState.SKIPPED,
+        }
+    ),
+    StepState.COMPLETED: frozenset(),
+    StepState.FAILED: frozenset(),
+    StepState.CANCELED: frozenset(),
+    StepState.SKIPPED: frozenset(),
+}
+
+#: The timestamp column the executor's step transition writes for each new state.
+STEP_STATE_TIMESTAMP: dict[str, str] = {
+    StepState.IN_PROGRESS: "started_at",
+    StepState.COMPLETED: "completed_at",
+    StepState.FAILED: "failed_at",
+    StepState.SKIPPED: "skipped_at",
+    StepState.CANCELED: "canceled_at",
+}
+
+#: Outcomes that close a signal's attachment cleanly (``Signal.fully_resolved``).
+RESOLVING_OUTCOMES = frozenset({Outcome.SUCCESS, Outcome.SKIPPED})
+
+
+def is_ongoing(state: str) -> bool:
+    return state in ONGOING_WORKFLOW_STATES
+
+
+def is_terminal(state: str) -> bool:
+    return state in TERMINAL_WORKFLOW_STATES
+
+
+def is_runnable(state: str) -> bool:
+    return state in RUNNABLE_WORKFLOW_STATES
+
+
+def check_workflow_transition(old: str, new: str) -> bool:
+    """Validate an executor-driven workflow transition.
+
+    Returns False for a same-state transition (a silent no-op, as in the gem) and True when
+    the state should change. Raises :class:`InvalidStateTransition` otherwise.
+    """
+    if old == new:
+        return False
+    if new not in WORKFLOW_TRANSITIONS.get(old, frozenset()):
+        raise InvalidStateTransition(f"Cannot transition workflow from '{old}' to '{new}'")
+    return True
+
+
+def check_step_transition(old: str, new: str) -> None:
+    """Validate an executor-driven step-execution transition (no same-state shortcut)."""
+    if new not in STEP_TRANSITIONS.get(old, frozenset()):
+        raise InvalidStateTransition(f"Cannot transition step execution from '{old}' to '{new}'")
+
+
+# Operator predicates: the dashboard's buttons and the flow-control methods ask these, so the
+# rules of reference §5 live in exactly one place.
+
+
+def can_pause(state: str) -> bool:
+    # The gem allows only ready. We also let an operator pause a performing workflow: the
+    # running step is not killed; a resumable step stops at its next checkpoint (outcome
+    # workflow_paused), an ordinary step's result is discarded and the step runs again on resume.
+    return state in (WorkflowState.READY, WorkflowState.PERFORMING)
+
+
+def can_resume(state: str) -> bool:
+    return state == WorkflowState.PAUSED
+
+
+def can_cancel(state: str) -> bool:
+    return state in (WorkflowState.READY, WorkflowState.PERFORMING, WorkflowState.PAUSED)
+
+
+def can_skip(state: str) -> bool:
+    return state in (WorkflowState.READY, WorkflowState.PAUSED)
+
+
+def can_resume_at(state: str) -> bool:
+    return state == WorkflowState.PAUSED
+
+
+def can_signal(state: str) -> bool:
+    return is_ongoing(state)
+
+
+def allowed_operator_actions(state: str) -> list[str]:
+    """The operator actions that make sense for a workflow in ``state``, in display order."""
+    actions = []
+    if can_pause(state):
+        actions.append("pause")
+    if can_resume(state):
+        actions.append("resume")
+    if can_skip(state):
+        actions.append("skip")
+    if can_cancel(state):
+        actions.append("cancel")
+    if can_resume(state):
+        actions.append("reattempt")
+    if can_resume_at(state):
+        actions.append("resume_at")
+    if can_signal(state):
+        actions.append("signal")
+    return actions

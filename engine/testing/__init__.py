@@ -1,0 +1,282 @@
+"""Test helpers: drive workflows through the real executor, in-process, with no broker.
+
+They commit the workflow's session first (like a worker, the executor sees only committed
+rows), run executions in that same session, and reload the workflow afterwards. Semantics and
+messages follow the gem's test helpers (reference signals-policies-housekeeping.md §5).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from engine import executor, scheduling
+from engine.models import Signal, StepExecution, utcnow
+from engine.signal_matcher import matcher_name
+from engine.states import Outcome, StepState, WorkflowState
+
+__all__ = [
+    "assert_cursor",
+    "assert_signal_state",
+    "assert_step_executed",
+    "assert_step_has_successor",
+    "assert_waiting_for_signal",
+    "assert_workflow_state",
+    "perform_next_step",
+    "perform_step_inline",
+    "run_iterations",
+    "speedrun_current_step",
+    "speedrun_workflow",
+]
+
+
+def _reload(workflow: Any) -> Session:
+    session = scheduling.session_of(workflow)
+    session.commit()
+    session.expire_all()
+    session.refresh(workflow)
+    return session
+
+
+def _raise_if_parked(workflow: Any, execution: StepExecution, helper: str) -> None:
+    if execution.state != StepState.WAITING:
+        return
+    definition = workflow.steps.named(execution.step_name)
+    matcher = definition.signal_matcher if definition is not None else None
+    waiting_for = f" waiting for {matcher}" if matcher is not None else ""
+    name = matcher_name(matcher) if matcher is not None else None
+    raise RuntimeError(
+        f"{helper} cannot drive step '{execution.step_name}': its execution is parked"
+        f"{waiting_for}. Deliver the signal first, e.g. workflow.signal({name!r}), then call "
+        f"{helper} again."
+    )
+
+
+def _run(session: Session, execution_id: int, **kwargs: Any) -> None:
+    session.commit()
+    try:
+        executor.execute(execution_id, session=session, **kwargs)
+    finally:
+        session.expire_all()
+
+
+def speedrun_workflow(workflow: Any, max_iterations: int = 100) -> Any:
+    """Run steps until the workflow finishes, is canceled or pauses (waits are not waited)."""
+    iterations = 0
+    while True:
+        session = _reload(workflow)
+        if workflow.state in (WorkflowState.FINISHED, WorkflowState.CANCELED, WorkflowState.PAUSED):
+            break
+        execution = scheduling.current_execution(session, workflow)
+        if execution is None:
+            break
+        _raise_if_parked(workflow, execution, "speedrun_workflow")
+        _run(session, execution.id, interruptible=False)
+        iterations += 1
+        if iterations >= max_iterations:
+            raise RuntimeError(
+                f"speedrun_workflow exceeded max_iterations ({max_iterations}). Workflow may be "
+                "in an infinite loop."
+            )
+    _reload(workflow)
+    return workflow
+
+
+def perform_next_step(workflow: Any) -> StepExecution | None:
+    """Run the current execution once (interruptible); return it (None when there is none)."""
+    session = _reload(workflow)
+    execution = scheduling.current_execution(session, workflow)
+    if execution is None:
+        return None
+    _raise_if_parked(workflow, execution, "perform_next_step")
+    try:
+        _run(session, execution.id)
+    finally:
+        _reload(workflow)
+    return execution
+
+
+def perform_step_inline(workflow: Any, step_name: str | None = None) -> StepExecution:
+    """Run one named step now (default: the next one), canceling what was scheduled."""
+    session = _reload(workflow)
+    name = str(step_name) if step_name is not None else workflow.next_step_name
+    definition = workflow.steps.named(name)
+    if definition is None:
+        raise ValueError(
+            f"Step '{name}' is not defined in {type(workflow).__name__}. Available steps: "
+            f"{', '.join(workflow.steps.names)}"
+        )
+    now = utcnow()
+    session.execute(
+        update(StepExecution)
+        .where(
+            StepExecution.workflow_id == workflow.id,
+            StepExecution.state.in_([StepState.SCHEDULED, StepState.WAITING]),
+        )
+        .values(state=StepState.CANCELED, outcome=Outcome.CANCELED, canceled_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    execution = StepExecution(
+        workflow_id=workflow.id,
+        step_name=definition.name,
+        state=StepState.SCHEDULED,
+        scheduled_for=now,
+    )
+    session.add(execution)
+    session.flush()
+    try:
+        _run(session, execution.id)
+    finally:
+        _reload(workflow)
+    session.refresh(execution)
+    return execution
+
+
+def speedrun_current_step(workflow: Any, max_executions: int = 100) -> StepExecution | None:
+    """Run the current step to its end, following a resumable chain; not into the next step."""
+    session = _reload(workflow)
+    execution = scheduling.current_execution(session, workflow)
+    if execution is None:
+        return None
+    original = execution.step_name
+    _raise_if_parked(workflow, execution, "speedrun_current_step")
+    count = 0
+    while True:
+        session.refresh(execution)
+        _raise_if_parked(workflow, execution, "speedrun_current_step")
+        if execution.state == StepState.COMPLETED:
+            successor = session.scalars(
+                select(StepExecution).where(StepExecution.continues_from_id == execution.id)
+            ).first()
+            if successor is not None:
+                execution = successor
+                continue
+        if execution.state in (
+            StepState.COMPLETED,
+            StepState.FAILED,
+            StepState.CANCELED,
+            StepState.SKIPPED,
+        ):
+            break
+        _run(session, execution.id, interruptible=False)
+        count += 1
+        if count >= max_executions:
+            raise RuntimeError(
+                f"speedrun_current_step exceeded max_executions ({max_executions}). Step "
+                f"'{original}' may be in an infinite loop."
+            )
+    _reload(workflow)
+    session.refresh(execution)
+    return execution
+
+
+def run_iterations(workflow: Any, count: int) -> StepExecution:
+    """Run the current execution for at most ``count`` checkpoints (interruptible)."""
+    session = _reload(workflow)
+    execution = scheduling.current_execution(session, workflow)
+    if execution is None:
+        raise RuntimeError("No current step execution to run")
+    try:
+        _run(session, execution.id, max_iterations=count)
+    finally:
+        _reload(workflow)
+    session.refresh(execution)
+    return execution
+
+
+def assert_step_executed(workflow: Any, step_name: str, state: str = "completed") -> None:
+    session = _reload(workflow)
+    found = session.scalar(
+        select(StepExecution.id).where(
+            StepExecution.workflow_id == workflow.id,
+            StepExecution.step_name == str(step_name),
+            StepExecution.state == str(state),
+        )
+    )
+    if found is None:
+        raise AssertionError(f"Expected step '{step_name}' to be {state}, but it was not found")
+
+
+def assert_workflow_state(workflow: Any, expected: str) -> None:
+    _reload(workflow)
+    if workflow.state != str(expected):
+        raise AssertionError(f"Expected workflow to be {expected}, but was {workflow.state}")
+
+
+def assert_cursor(workflow: Any, expected: Any) -> None:
+    session = _reload(workflow)
+    execution = scheduling.current_execution(session, workflow)
+    actual = execution.cursor_value if execution is not None else None
+    if actual != expected:
+        raise AssertionError(f"Expected cursor {expected!r}, got {actual!r}")
+
+
+def assert_step_has_successor(workflow: Any, step_name: str) -> None:
+    session = _reload(workflow)
+    completed = list(
+        session.scalars(
+            select(StepExecution)
+            .where(
+                StepExecution.workflow_id == workflow.id,
+                StepExecution.step_name == str(step_name),
+                StepExecution.state == StepState.COMPLETED,
+            )
+            .order_by(StepExecution.created_at.desc(), StepExecution.id.desc())
+        )
+    )
+    if not completed:
+        raise AssertionError(f"Expected completed execution for step {step_name}")
+    successor = None
+    for execution in completed:
+        successor = session.scalars(
+            select(StepExecution).where(StepExecution.continues_from_id == execution.id)
+        ).first()
+        if successor is not None:
+            break
+    if successor is None:
+        raise AssertionError(f"Expected successor execution for step {step_name}, but none found")
+    if successor.state != StepState.SCHEDULED:
+        raise AssertionError(f"Expected successor to be scheduled, but was {successor.state}")
+
+
+def assert_waiting_for_signal(workflow: Any, signal_name: str | None = None) -> None:
+    session = _reload(workflow)
+    parked = session.scalars(
+        select(StepExecution)
+        .where(StepExecution.workflow_id == workflow.id, StepExecution.state == StepState.WAITING)
+        .order_by(StepExecution.created_at, StepExecution.id)
+    ).first()
+    if parked is None:
+        current = scheduling.current_execution(session, workflow)
+        state = repr(current.state) if current is not None else "nil"
+        raise AssertionError(
+            f"Expected {type(workflow).__name__} to be waiting for a signal, but no parked step "
+            f"execution was found (current execution: {state})"
+        )
+    if signal_name is not None:
+        definition = workflow.steps.named(parked.step_name)
+        matcher = definition.signal_matcher if definition is not None else None
+        if matcher_name(matcher) != str(signal_name):
+            raise AssertionError(
+                f"Expected step '{parked.step_name}' to be waiting for {str(signal_name)!r}, but "
+                f"it waits for {matcher}"
+            )
+
+
+def assert_signal_state(workflow: Any, signal_name: str, state: str) -> None:
+    session = _reload(workflow)
+    signal = session.scalars(
+        select(Signal)
+        .where(Signal.workflow_id == workflow.id, Signal.name == str(signal_name))
+        .order_by(Signal.created_at.desc(), Signal.id.desc())
+    ).first()
+    if signal is None:
+        raise AssertionError(
+            f"Expected a {str(signal_name)!r} signal on {type(workflow).__name__}, but none was found"
+        )
+    if signal.state != str(state):
+        raise AssertionError(
+            f"Expected signal {str(signal_name)!r} to be {state}, but was {signal.state}"
+        )

@@ -1,0 +1,728 @@
+"""The ``Workflow`` model and its class-level DSL.
+
+Workflow classes are single-table-inheritance subclasses of :class:`Workflow`; the stored
+``type`` is the class's ``workflow_name`` (the class name unless set). Steps, conditions,
+policies and job options are collected and validated when the class is defined; a class that
+fails validation raises and is not registered, so it can be defined again.
+
+Flow control (``cancel()``, ``pause()``, ``skip()``, ``reattempt()``, ``finish()``,
+``suspend()``) ends the step when called inside one; outside a step ``cancel()``, ``pause()``
+and ``skip()`` are operator actions (:mod:`engine.operations`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import uuid
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import Boolean, Index, Select, String, func, select, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Mapped, Session, mapped_column, object_session, relationship
+from sqlalchemy.orm.exc import UnmappedInstanceError
+
+from engine import db, scheduling
+from engine.errors import DuplicateWorkflowError, InvalidStateError, StepConfigurationError
+from engine.flow_control import FlowAction, FlowControlSignal
+from engine.job_options import to_json_options, validate_job_options
+from engine.models import Base, BigId, JSONType, Signal, StepExecution, TimestampMixin, UTCDateTime
+from engine.policies import ExceptionPolicy
+from engine.states import (
+    CURRENT_STEP_STATES,
+    TERMINAL_WORKFLOW_STATES,
+    WorkflowState,
+    is_ongoing,
+)
+from engine.steps import StepCollection, StepDefinition, StepSpec, build_definition
+
+if TYPE_CHECKING:
+    from engine.models import OperatorAction  # noqa: F401
+
+_ONGOING_UNIQUE = "state NOT IN ('finished', 'canceled') AND allow_multiple = false"
+_ONGOING_UNIQUE_SQLITE = "state NOT IN ('finished', 'canceled') AND allow_multiple = 0"
+
+# The workflow whose step body (or exception handler) runs in this context. Flow-control calls
+# on it end the step instead of acting as operator actions.
+_executing: contextvars.ContextVar[Any] = contextvars.ContextVar("geneva_executing", default=None)
+
+_registry: dict[str, type[Workflow]] = {}
+_hero_classes: dict[str, type[Any]] = {}
+
+
+@contextmanager
+def executing(workflow: Workflow) -> Iterator[None]:
+    token = _executing.set(workflow)
+    try:
+        yield
+    finally:
+        _executing.reset(token)
+
+
+class _StepsDescriptor:
+    """``Klass.steps`` and ``instance.steps``: the class's ordered StepCollection (cached)."""
+
+    def __get__(self, instance: Any, owner: type[Workflow]) -> StepCollection:
+        cached = owner.__dict__.get("_steps_cache")
+        if cached is None:
+            cached = StepCollection(list(owner._step_definitions))
+            owner._steps_cache = cached
+        return cached
+
+
+class Workflow(TimestampMixin, Base):
+    """Base class of every workflow. Subclass it and decorate methods with ``@step``."""
+
+    __tablename__ = "geneva_drive_workflows"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    type: Mapped[str] = mapped_column(String(255), nullable=False)
+    hero_type: Mapped[str | None] = mapped_column(String(255))
+    # Text form of the hero's primary key, so int and UUID heroes share one column.
+    hero_id: Mapped[str | None] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(
+        String(32), nullable=False, default=WorkflowState.READY, server_default=WorkflowState.READY
+    )
+    current_step_name: Mapped[str | None] = mapped_column(String(255))
+    next_step_name: Mapped[str | None] = mapped_column(String(255))
+    allow_multiple: Mapped[bool] = mapped_column(
+        Boolean, nullable=False, default=False, server_default=text("false")
+    )
+    metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSONType())
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    transitioned_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+
+    step_executions: Mapped[list[StepExecution]] = relationship(
+        back_populates="workflow",
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+        order_by="(StepExecution.created_at, StepExecution.id)",
+        lazy="select",
+    )
+    signals: Mapped[list[Signal]] = relationship(
+        back_populates="workflow",
+        cascade="all, delete-orphan",
+        passive_deletes=True,
+        order_by="(Signal.created_at, Signal.id)",
+        lazy="select",
+    )
+
+    __mapper_args__ = {  # noqa: RUF012
+        "polymorphic_on": "type",
+        "polymorphic_identity": "Workflow",
+    }
+    __table_args__ = (
+        Index("index_geneva_drive_workflows_on_type", "type", "state", "id"),
+        Index("index_geneva_drive_workflows_on_state", "state", "id"),
+        Index("index_geneva_drive_workflows_on_hero", "hero_type", "hero_id"),
+        Index("index_geneva_drive_workflows_on_updated_at", "updated_at", "id"),
+        Index(
+            "index_geneva_drive_workflows_unique_ongoing",
+            "type",
+            "hero_type",
+            "hero_id",
+            unique=True,
+            postgresql_where=text(_ONGOING_UNIQUE),
+            sqlite_where=text(_ONGOING_UNIQUE_SQLITE),
+        ),
+    )
+
+    # --- class-level DSL (declared in subclasses; collected by __init_subclass__) -------------
+    workflow_name: ClassVar[str] = "Workflow"
+    cancel_if: ClassVar[Any] = ()
+    exception_policies: ClassVar[Any] = ()
+    may_proceed_without_hero: ClassVar[bool] = False
+
+    _step_definitions: ClassVar[list[StepDefinition]] = []
+    _cancel_conditions: ClassVar[list[Any]] = []
+    _exception_policies: ClassVar[list[ExceptionPolicy]] = []
+    _class_step_job_options: ClassVar[dict[str, Any]] = {}
+    _steps_cache: ClassVar[StepCollection | None] = None
+
+    steps: ClassVar[StepCollection] = _StepsDescriptor()  # type: ignore[assignment]
+
+    #: The signal attached to the running step (None for steps without ``wait_for``).
+    received_signal: Any = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        own = cls.__dict__
+        if own.get("__abstract__"):
+            super().__init_subclass__(**kwargs)
+            return
+        name = own.get("workflow_name") or cls.__name__
+        cls.workflow_name = str(name)
+        _assemble_dsl(cls)
+        args = dict(own.get("__mapper_args__", {}))
+        args.setdefault("polymorphic_identity", cls.workflow_name)
+        cls.__mapper_args__ = args
+        with warnings.catch_warnings():
+            # Redefining a workflow class (tests, reloads) re-points its identity; that is intended.
+            warnings.filterwarnings("ignore", message=".*Reassigning polymorphic association.*")
+            warnings.filterwarnings("ignore", message=".*This declarative base already contains.*")
+            super().__init_subclass__(**kwargs)
+        _registry[cls.workflow_name] = cls
+
+    def __repr__(self) -> str:
+        return (
+            f"<{type(self).__name__} id={self.id} state={self.state} next={self.next_step_name!r}>"
+        )
+
+    # --- class helpers ---------------------------------------------------------------------------
+
+    @classmethod
+    def class_step_job_options(cls) -> dict[str, Any]:
+        return dict(cls._class_step_job_options)
+
+    @classmethod
+    def add_step(cls, name: str, fn: Callable[..., Any] | str, **options: Any) -> StepDefinition:
+        """Register a step after the class body (for steps generated in a loop)."""
+        if cls is Workflow:
+            raise TypeError("add_step() is called on a Workflow subclass, not on Workflow itself")
+        resumable = bool(options.pop("resumable", False))
+        spec = StepSpec(fn=None, options=options, resumable=resumable)
+        body: Callable[..., Any] | None
+        method_name: str | None = None
+        if isinstance(fn, str):
+            method_name = fn
+            if not callable(getattr(cls, fn, None)):
+                raise StepConfigurationError(
+                    f"Step '{name}' of {cls.__name__} names method '{fn}', which {cls.__name__} "
+                    "does not define"
+                )
+            body = getattr(cls, fn)
+        else:
+            body = fn
+        definition = _register(cls, str(name), body, spec)
+        definition.method_name = method_name
+        return definition
+
+    @classmethod
+    def resolve_exception_policy(cls, error: BaseException) -> ExceptionPolicy | None:
+        policies = cls._exception_policies
+        specific = next((p for p in policies if p.is_specific and p.captures(error)), None)
+        if specific is not None:
+            return specific
+        return next((p for p in policies if p.is_blanket), None)
+
+    # --- creation ---------------------------------------------------------------------------
+
+    @classmethod
+    def create(
+        cls,
+        hero: Any = None,
+        session: Session | None = None,
+        allow_multiple: bool = False,
+        step_job_options: dict[str, Any] | None = None,
+    ) -> Any:
+        """Insert the workflow and schedule its first step (flushed, not committed).
+
+        Raises DuplicateWorkflowError when an ongoing workflow of this class already exists for
+        ``hero`` (pass ``allow_multiple=True`` to allow several).
+        """
+        if cls is Workflow or cls not in _registry.values():
+            raise TypeError(
+                f"{cls.__name__}.create(): create a registered Workflow subclass, not {cls.__name__}"
+            )
+        session = _resolve_session(session, hero)
+        workflow = cls(state=WorkflowState.READY, allow_multiple=bool(allow_multiple))
+        if hero is not None:
+            _hero_identity_ready(session, hero)
+        workflow.hero = hero
+        if step_job_options:
+            workflow.step_job_options = step_job_options
+        if not allow_multiple:
+            existing = session.scalars(
+                select(Workflow.id)
+                .where(
+                    Workflow.type == cls.workflow_name,
+                    Workflow.hero_type.is_(None)
+                    if workflow.hero_type is None
+                    else Workflow.hero_type == workflow.hero_type,
+                    Workflow.hero_id.is_(None)
+                    if workflow.hero_id is None
+                    else Workflow.hero_id == workflow.hero_id,
+                    Workflow.state.not_in(list(TERMINAL_WORKFLOW_STATES)),
+                    Workflow.allow_multiple.is_(False),
+                )
+                .limit(1)
+            ).first()
+            if existing is not None:
+                raise _duplicate_error(cls, workflow, existing)
+        session.add(workflow)
+        try:
+            with session.begin_nested():
+                session.flush()
+        except IntegrityError as exc:
+            raise _duplicate_error(cls, workflow, None) from exc
+        first = cls.steps.next_after(None)
+        if first is None:
+            scheduling.finish_workflow(session, workflow)
+        else:
+            scheduling.create_step_execution(session, workflow, first, first.wait)
+        return workflow
+
+    # --- queries --------------------------------------------------------------------------
+
+    @classmethod
+    def query(cls) -> Select[Any]:
+        """``select(cls)``; for a subclass it is filtered to that class's type."""
+        return select(cls)
+
+    @classmethod
+    def ongoing(cls, session: Session) -> list[Any]:
+        return list(
+            session.scalars(cls.query().where(cls.state.not_in(list(TERMINAL_WORKFLOW_STATES))))
+        )
+
+    @classmethod
+    def in_state(cls, session: Session, state: str) -> list[Any]:
+        return list(session.scalars(cls.query().where(cls.state == str(state)).order_by(cls.id)))
+
+    @classmethod
+    def paused(cls, session: Session) -> list[Any]:
+        return cls.in_state(session, WorkflowState.PAUSED)
+
+    @classmethod
+    def for_hero(cls, session: Session, hero: Any) -> list[Any]:
+        hero_type, hero_id = hero_key(hero)
+        return list(
+            session.scalars(
+                cls.query()
+                .where(cls.hero_type == hero_type, cls.hero_id == hero_id)
+                .order_by(cls.id)
+            )
+        )
+
+    @classmethod
+    def removed_steps_in_flight(cls, session: Session) -> dict[str, int]:
+        """``{gravestone_name: executions}`` for ongoing workflows of this class (the drain view)."""
+        names = [s.name for s in cls.steps.removed]
+        if not names:
+            return {}
+        rows = session.execute(
+            select(StepExecution.step_name, func.count())
+            .join(Workflow, Workflow.id == StepExecution.workflow_id)
+            .where(
+                Workflow.type == cls.workflow_name,
+                Workflow.state.not_in(list(TERMINAL_WORKFLOW_STATES)),
+                StepExecution.step_name.in_(names),
+            )
+            .group_by(StepExecution.step_name)
+        )
+        return {name: int(count) for name, count in rows}
+
+    # --- hero ---------------------------------------------------------------------------------
+
+    @property
+    def hero(self) -> Any:
+        cached = self.__dict__.get("_hero_cache", _MISSING)
+        key = (self.hero_type, self.hero_id)
+        if cached is not _MISSING and cached[0] == key:
+            return cached[1]
+        value = load_hero(object_session(self), self.hero_type, self.hero_id)
+        self.__dict__["_hero_cache"] = (key, value)
+        return value
+
+    @hero.setter
+    def hero(self, value: Any) -> None:
+        if value is None:
+            self.hero_type, self.hero_id = None, None
+        else:
+            self.hero_type, self.hero_id = hero_key(value)
+        self.__dict__["_hero_cache"] = ((self.hero_type, self.hero_id), value)
+
+    # --- state helpers --------------------------------------------------------------------
+
+    @property
+    def is_ongoing(self) -> bool:
+        return is_ongoing(self.state)
+
+    @property
+    def session(self) -> Session:
+        return scheduling.session_of(self)
+
+    @property
+    def current_execution(self) -> StepExecution | None:
+        session = object_session(self)
+        if session is None or self.id is None:
+            return None
+        return scheduling.current_execution(session, self)
+
+    @property
+    def execution_history(self) -> list[StepExecution]:
+        session = self.session
+        return list(
+            session.scalars(
+                select(StepExecution)
+                .where(StepExecution.workflow_id == self.id)
+                .order_by(StepExecution.created_at, StepExecution.id)
+            )
+        )
+
+    @property
+    def previous_step_name(self) -> str | None:
+        ref = scheduling.reference_step_name(self)
+        if ref is not None:
+            prev = self.steps.previous_before(ref)
+            return prev.name if prev is not None else None
+        if self.state == WorkflowState.FINISHED:
+            last = self.steps.last()
+            return last.name if last is not None else None
+        return None
+
+    @property
+    def step_job_options(self) -> dict[str, Any]:
+        stored = (self.metadata_ or {}).get("step_job_options")
+        return dict(stored) if stored else {}
+
+    @step_job_options.setter
+    def step_job_options(self, options: dict[str, Any] | None) -> None:
+        metadata = dict(self.metadata_ or {})
+        if not options:
+            metadata["step_job_options"] = None
+        else:
+            validated = validate_job_options(options, f"{type(self).__name__}.step_job_options")
+            metadata["step_job_options"] = to_json_options(validated)
+        self.metadata_ = metadata
+
+    def why_waiting(self, now: datetime | None = None) -> str:
+        """One line saying why this workflow is not moving (the dashboard's why line)."""
+        from engine.explain import why_waiting
+
+        return why_waiting(self, now=now)
+
+    # --- hooks around every step body (override in a subclass) ------------------------------
+
+    def before_step_execution(self, execution: StepExecution) -> None:
+        """Runs before each step body (outside the locks)."""
+
+    def around_step_execution(self, execution: StepExecution, call: Callable[[], Any]) -> Any:
+        """Wraps each step body; an override must call ``call()`` and return its result."""
+        return call()
+
+    def after_step_execution(self, execution: StepExecution) -> None:
+        """Runs after each step body, whatever its outcome."""
+
+    # --- flow control ---------------------------------------------------------------------
+
+    def _in_step(self) -> bool:
+        running = _executing.get()
+        return running is not None and (running is self or running.id == self.id)
+
+    def cancel(self) -> None:
+        """In a step: cancel the workflow. Outside: operator cancel (ready or paused)."""
+        if self._in_step():
+            raise FlowControlSignal(FlowAction.CANCEL)
+        from engine import operations
+
+        operations.cancel(self)
+
+    def pause(self) -> None:
+        """In a step: pause the workflow. Outside: operator pause (ready only)."""
+        if self._in_step():
+            raise FlowControlSignal(FlowAction.PAUSE)
+        from engine import operations
+
+        operations.pause(self)
+
+    def skip(self) -> None:
+        """In a step: skip it. Outside: operator skip of the current step (ready or paused)."""
+        if self._in_step():
+            raise FlowControlSignal(FlowAction.SKIP)
+        from engine import operations
+
+        operations.skip(self)
+
+    def reattempt(self, wait: timedelta | float | None = None, rewind: bool = False) -> None:
+        """In a step: run it again (after ``wait``; ``rewind`` restarts a resumable cursor).
+
+        Outside a step (operator): a paused workflow is resumed, which retries its step; a
+        ready workflow runs its current step again now.
+        """
+        if self._in_step():
+            if wait is not None and not isinstance(wait, timedelta):
+                wait = timedelta(seconds=wait)
+            raise FlowControlSignal(FlowAction.REATTEMPT, wait=wait, rewind=rewind)
+        from engine import operations
+
+        operations.reattempt(self)
+
+    def finish(self) -> None:
+        """In a step: finish the workflow now, skipping the remaining steps."""
+        if not self._in_step():
+            raise InvalidStateError(
+                f"finish() ends a workflow from inside one of its steps; {type(self).__name__} "
+                f"#{self.id} is {self.state}. To stop it from outside, use cancel()."
+            )
+        raise FlowControlSignal(FlowAction.FINISHED)
+
+    def suspend(self, wait: timedelta | float | None = None) -> None:
+        """In a resumable step: end this execution and continue from the cursor after ``wait``."""
+        definition = self.steps.named(self.current_step_name)
+        if definition is None or not definition.resumable or not self._in_step():
+            raise InvalidStateError(
+                "suspend() can only be called from inside a resumable_step (it continues from "
+                "the persisted cursor)"
+            )
+        if wait is not None and not isinstance(wait, timedelta):
+            wait = timedelta(seconds=wait)
+        raise FlowControlSignal(FlowAction.SUSPEND, wait=wait)
+
+    def resume(self) -> StepExecution | None:
+        """Operator: continue a paused workflow (re-sends its preserved execution or retries)."""
+        from engine import operations
+
+        return operations.resume(self)
+
+    def resume_at(self, step_name: str) -> StepExecution:
+        """Operator: continue a paused workflow at ``step_name`` (a runnable step)."""
+        from engine import operations
+
+        return operations.resume_at(self, step_name)
+
+    def signal(
+        self, name: str, payload: Any = None, idempotency_key: Any = None, **unknown: Any
+    ) -> Signal:
+        """Deliver an external event to this workflow (atomic; safe to retry with a key)."""
+        from engine import signals
+
+        return signals.deliver(
+            self, name, payload=payload, idempotency_key=idempotency_key, **unknown
+        )
+
+
+# An unknown stored ``type`` (the class was deleted) loads as plain Workflow instead of failing.
+class _FallbackPolymorphicMap(dict[Any, Any]):
+    def __missing__(self, key: Any) -> Any:
+        return Workflow.__mapper__
+
+
+Workflow.__mapper__.polymorphic_map = _FallbackPolymorphicMap(Workflow.__mapper__.polymorphic_map)
+_MISSING = object()
+
+
+def workflow_class(name: str) -> type[Workflow] | None:
+    return _registry.get(name)
+
+
+def registered_workflows() -> dict[str, type[Workflow]]:
+    return dict(_registry)
+
+
+def unregister(name: str) -> None:
+    """Forget a workflow class (tests); rows of its type then load as plain Workflow."""
+    cls = _registry.pop(name, None)
+    if cls is not None:
+        Workflow.__mapper__.polymorphic_map.pop(name, None)
+
+
+# --- DSL assembly ---------------------------------------------------------------------------
+
+
+def _assemble_dsl(cls: type[Workflow]) -> None:
+    """Collect this class's own DSL declarations over its parent's (copy-on-write)."""
+    own = cls.__dict__
+    cls._step_definitions = list(cls._step_definitions)
+    cls._steps_cache = None
+
+    conditions = list(cls._cancel_conditions)
+    if "cancel_if" in own:
+        declared = own["cancel_if"]
+        conditions.extend(declared if isinstance(declared, list | tuple) else [declared])
+    for condition in conditions:
+        if not (isinstance(condition, str | bool) or callable(condition)):
+            raise StepConfigurationError(
+                f"{cls.__name__}.cancel_if has {condition!r}: conditions are method names, callables "
+                "taking the workflow, or booleans"
+            )
+    cls._cancel_conditions = conditions
+
+    policies = list(cls._exception_policies)
+    if "exception_policies" in own:
+        declared = own["exception_policies"]
+        declared = list(declared) if isinstance(declared, list | tuple) else [declared]
+        for policy in declared:
+            if not isinstance(policy, ExceptionPolicy):
+                raise StepConfigurationError(
+                    f"{cls.__name__}.exception_policies holds {policy!r}; every entry must be an "
+                    "ExceptionPolicy(...)"
+                )
+        # A subclass's own policies are consulted before its parents'.
+        policies = declared + policies
+    cls._exception_policies = policies
+
+    job_options = dict(cls._class_step_job_options)
+    if "step_job_options" in own:
+        job_options.update(
+            validate_job_options(own["step_job_options"], f"{cls.__name__}.step_job_options")
+        )
+        # The instance-level property of the same name (per-workflow options) stays reachable.
+        delattr(cls, "step_job_options")
+    cls._class_step_job_options = job_options
+
+    if "may_proceed_without_hero" in own and not isinstance(own["may_proceed_without_hero"], bool):
+        raise StepConfigurationError(
+            f"{cls.__name__}.may_proceed_without_hero must be True or False"
+        )
+
+    specs = [(attr, value) for attr, value in own.items() if isinstance(value, StepSpec)]
+    for attr, spec in specs:
+        name = str(spec.options.get("name") or attr)
+        definition = _register(cls, name, spec.fn, spec, cache=False)
+        if spec.removed:
+            delattr(cls, attr)
+        else:
+            setattr(cls, attr, spec.fn)
+            definition.method_name = attr
+
+
+def _register(
+    cls: type[Workflow],
+    name: str,
+    fn: Callable[..., Any] | None,
+    spec: StepSpec,
+    cache: bool = True,
+) -> StepDefinition:
+    existing = cls._step_definitions
+    if any(d.name == name for d in existing):
+        raise StepConfigurationError(f"Step '{name}' is already defined in {cls.__name__}")
+    for key in ("before_step", "after_step"):
+        ref = spec.options.get(key)
+        if ref is not None and not any(d.name == str(ref) for d in existing):
+            raise StepConfigurationError(
+                f"Step '{name}' references non-existent step '{ref}' in {key}=. You can only "
+                "reference steps that have already been defined."
+            )
+    definition = build_definition(cls.__name__, name, fn, spec)
+    cls._step_definitions = [*existing, definition]
+    cls._steps_cache = None
+    return definition
+
+
+# --- heroes -------------------------------------------------------------------------------
+
+
+def hero_key(hero: Any) -> tuple[str, str]:
+    from sqlalchemy import inspect
+
+    try:
+        mapper = inspect(type(hero))
+    except Exception as exc:
+        raise TypeError(
+            f"hero must be an SQLAlchemy-mapped object, got {type(hero).__name__}"
+        ) from exc
+    primary_key = mapper.primary_key
+    if len(primary_key) != 1:
+        raise TypeError(
+            f"hero {type(hero).__name__} must have a single-column primary key "
+            f"(it has {len(primary_key)})"
+        )
+    identity = mapper.primary_key_from_instance(hero)[0]
+    if identity is None:
+        raise ValueError(
+            f"hero {type(hero).__name__} has no primary key yet; add it to the session and flush "
+            "before creating the workflow"
+        )
+    _hero_classes[type(hero).__name__] = type(hero)
+    return type(hero).__name__, str(identity)
+
+
+def register_hero_class(cls: type[Any]) -> None:
+    """Make ``hero_type`` values of ``cls`` loadable in processes that never created one."""
+    _hero_classes[cls.__name__] = cls
+
+
+def hero_class(hero_type: str) -> type[Any] | None:
+    cls = _hero_classes.get(hero_type)
+    if cls is not None:
+        return cls
+    from sqlalchemy.orm import mapperlib
+
+    registries = list(getattr(mapperlib, "_mapper_registries", {}))
+    for reg in registries:
+        for mapper in list(reg.mappers):
+            if mapper.class_.__name__ == hero_type:
+                found: type[Any] = mapper.class_
+                _hero_classes[hero_type] = found
+                return found
+    return None
+
+
+def load_hero(session: Session | None, hero_type: str | None, hero_id: str | None) -> Any:
+    if hero_type is None or hero_id is None or session is None:
+        return None
+    cls = hero_class(hero_type)
+    if cls is None:
+        raise LookupError(
+            f"hero_type {hero_type!r} names no mapped class in this process; import the module "
+            "that defines it (GENEVA_WORKFLOW_MODULES) or call engine.register_hero_class()"
+        )
+    from sqlalchemy import inspect
+
+    column = inspect(cls).primary_key[0]
+    try:
+        python_type = column.type.python_type
+    except NotImplementedError:
+        python_type = str
+    key: Any = hero_id
+    if python_type is int:
+        key = int(hero_id)
+    elif python_type is uuid.UUID:
+        key = uuid.UUID(hero_id)
+    return session.get(cls, key)
+
+
+def _hero_identity_ready(session: Session, hero: Any) -> None:
+    from sqlalchemy import inspect
+
+    state = inspect(hero)
+    if state.pending or (state.transient and hero not in session):
+        if state.transient:
+            session.add(hero)
+        session.flush()
+
+
+def _resolve_session(session: Session | None, hero: Any) -> Session:
+    if session is not None:
+        return session
+    if hero is not None:
+        try:
+            found = object_session(hero)
+        except UnmappedInstanceError:
+            found = None
+        if found is not None:
+            return found
+    current = db.current_session()
+    if current is not None:
+        return current
+    raise RuntimeError(
+        "Workflow.create() needs a session: pass session=, create the hero in a session, or "
+        "call engine.db.set_current_session()"
+    )
+
+
+def _duplicate_error(
+    cls: type[Workflow], workflow: Workflow, existing_id: int | None
+) -> DuplicateWorkflowError:
+    hero = f"{workflow.hero_type} #{workflow.hero_id}" if workflow.hero_type else "no hero"
+    which = f" (workflow #{existing_id})" if existing_id is not None else ""
+    return DuplicateWorkflowError(
+        f"An ongoing {cls.__name__} already exists for {hero}{which}. Wait for it to finish, "
+        "cancel it, or pass allow_multiple=True to run several at once."
+    )
+
+
+__all__ = [
+    "CURRENT_STEP_STATES",
+    "Workflow",
+    "executing",
+    "hero_key",
+    "load_hero",
+    "register_hero_class",
+    "registered_workflows",
+    "unregister",
+    "workflow_class",
+]

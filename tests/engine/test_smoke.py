@@ -1,0 +1,31 @@
+from datetime import timedelta
+
+from engine import Workflow, step
+from engine.testing import speedrun_workflow
+from tests.conftest import Order
+
+
+def test_three_steps_run_in_order(geneva_session):
+    calls = []
+
+    class SmokeWorkflow(Workflow):
+        @step
+        def one(self):
+            calls.append("one")
+
+        @step(wait=timedelta(days=2))
+        def two(self):
+            calls.append("two")
+
+        @step
+        def three(self):
+            calls.append("three")
+
+    order = Order()
+    geneva_session.add(order)
+    geneva_session.flush()
+    wf = SmokeWorkflow.create(hero=order)
+    assert wf.next_step_name == "one"
+    speedrun_workflow(wf)
+    assert calls == ["one", "two", "three"]
+    assert wf.state == "finished"
