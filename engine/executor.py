@@ -200,35 +200,53 @@ class Executor:
         )
         self.start_time = 0.0
         self.step_def: StepDefinition | None = None
+        #: The step that ran, once finalize has cleared ``current_step_name``.
+        self.current: str | None = None
 
     # --- locking -----------------------------------------------------------------------
 
     def _lock(self) -> tuple[Workflow, StepExecution] | None:
-        """Lock the workflow row, then the execution row, each reloaded (one transaction)."""
+        """Lock the workflow row, then the execution row, each reloaded (one transaction).
+
+        PostgreSQL: ``FOR UPDATE`` on the workflow (found through the execution in the same
+        statement), then on the execution — always in that order, so two executors or an
+        executor and an operator cannot deadlock. SQLite: ``BEGIN IMMEDIATE`` already holds the
+        database write lock, so plain reads suffice.
+        """
         session = self.session
         db.begin_write(session)
-        workflow_id = session.scalar(
-            select(StepExecution.workflow_id).where(StepExecution.id == self.execution_id)
+        if db.is_sqlite(session):
+            execution = session.scalars(
+                select(StepExecution)
+                .where(StepExecution.id == self.execution_id)
+                .execution_options(populate_existing=True)
+            ).first()
+            if execution is None:
+                return None
+            workflow = session.get(Workflow, execution.workflow_id, populate_existing=True)
+            if workflow is None:
+                return None
+            return workflow, execution
+        owner = (
+            select(StepExecution.workflow_id)
+            .where(StepExecution.id == self.execution_id)
+            .scalar_subquery()
         )
-        if workflow_id is None:
-            return None
-        query = (
+        found = session.scalars(
             select(Workflow)
-            .where(Workflow.id == workflow_id)
+            .where(Workflow.id == owner)
+            .with_for_update()
             .execution_options(populate_existing=True)
-        )
-        if not db.is_sqlite(session):
-            query = query.with_for_update()
-        workflow = session.scalars(query).one()
-        ex_query = (
+        ).first()
+        if found is None:
+            return None
+        execution = session.scalars(
             select(StepExecution)
             .where(StepExecution.id == self.execution_id)
+            .with_for_update()
             .execution_options(populate_existing=True)
-        )
-        if not db.is_sqlite(session):
-            ex_query = ex_query.with_for_update()
-        execution = session.scalars(ex_query).one()
-        return workflow, execution
+        ).one()
+        return found, execution
 
     def _commit(self) -> None:
         self.session.commit()
@@ -538,9 +556,11 @@ class Executor:
                 else:
                     transition_step(execution, StepState.CANCELED, Outcome.CANCELED)
                 return
+            # Cleared before the result is applied so the workflow row is written once; the
+            # step that ran stays the reference for scheduling through ``current``.
+            self.current = workflow.current_step_name or step_def.name
+            workflow.current_step_name = None
             self._apply_result(workflow, execution, step_def, result)
-            if workflow.current_step_name is not None:
-                workflow.current_step_name = None
             if self.error is None:
                 payload["workflow_state"] = workflow.state
                 payload["step_state"] = execution.state
@@ -553,7 +573,7 @@ class Executor:
             transition_step(execution, StepState.COMPLETED, Outcome.SUCCESS)
             signals.resolve_attached(session, execution)
             transition_workflow(workflow, WorkflowState.READY)
-            scheduling.schedule_next_step(session, workflow)
+            scheduling.schedule_next_step(session, workflow, current=self.current)
         elif isinstance(result, Interruption):
             transition_step(execution, StepState.COMPLETED, Outcome.CONTINUED)
             transition_workflow(workflow, WorkflowState.READY)
@@ -590,12 +610,14 @@ class Executor:
             if step_def.resumable:
                 scheduling.create_successor_execution(session, workflow, execution, signal.wait)
             else:
-                scheduling.reschedule_current_step(session, workflow, signal.wait)
+                scheduling.reschedule_current_step(
+                    session, workflow, signal.wait, current=self.current
+                )
         elif action == FlowAction.SKIP:
             transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
             signals.resolve_attached(session, execution)
             transition_workflow(workflow, WorkflowState.READY)
-            scheduling.schedule_next_step(session, workflow)
+            scheduling.schedule_next_step(session, workflow, current=self.current)
         elif action == FlowAction.FINISHED:
             transition_step(execution, StepState.COMPLETED, Outcome.SUCCESS)
             signals.resolve_attached(session, execution)
@@ -652,7 +674,9 @@ class Executor:
             if step_def.resumable:
                 scheduling.create_successor_execution(session, workflow, execution, result.wait)
             else:
-                scheduling.reschedule_current_step(session, workflow, result.wait)
+                scheduling.reschedule_current_step(
+                    session, workflow, result.wait, current=self.current
+                )
         elif action == "cancel":
             write_error(execution, error)
             transition_step(execution, StepState.FAILED, Outcome.CANCELED)
@@ -661,7 +685,7 @@ class Executor:
             transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
             signals.resolve_attached(session, execution)
             transition_workflow(workflow, WorkflowState.READY)
-            scheduling.schedule_next_step(session, workflow)
+            scheduling.schedule_next_step(session, workflow, current=self.current)
         elif action == "finished":
             transition_step(execution, StepState.COMPLETED, Outcome.SUCCESS)
             signals.resolve_attached(session, execution)

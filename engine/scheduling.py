@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import Table, select, update
 from sqlalchemy.orm import Session
 
 from engine import db
@@ -73,16 +73,31 @@ def current_execution(session: Session, workflow: Workflow) -> StepExecution | N
 
 
 def cancel_stray_executions(session: Session, workflow: Workflow) -> None:
+    """Cancel every scheduled or waiting execution of the workflow (the "stray" sweep).
+
+    Issued as a Core UPDATE on the session's connection: no autoflush, no ORM bookkeeping,
+    one statement on the (workflow_id, state) index. Loaded copies of the swept rows are
+    expired so the next access reads the new state.
+    """
     now = utcnow()
-    session.execute(
-        update(StepExecution)
-        .where(
-            StepExecution.workflow_id == workflow.id,
-            StepExecution.state.in_(list(STRAY_STEP_STATES)),
-        )
+    table = StepExecution.__table__
+    assert isinstance(table, Table)
+    session.connection().execute(
+        update(table)
+        .where(table.c.workflow_id == workflow.id, table.c.state.in_(_STRAY))
         .values(state=StepState.CANCELED, outcome=Outcome.CANCELED, canceled_at=now, updated_at=now)
-        .execution_options(synchronize_session="fetch")
     )
+    for obj in list(session.identity_map.values()):
+        if (
+            isinstance(obj, StepExecution)
+            and obj.workflow_id == workflow.id
+            and obj.state in STRAY_STEP_STATES
+            and obj not in session.new
+        ):
+            session.expire(obj, ["state", "outcome", "canceled_at", "updated_at"])
+
+
+_STRAY = [str(s) for s in STRAY_STEP_STATES]
 
 
 def job_options_for(workflow: Workflow, step_def: StepDefinition | None) -> dict[str, Any]:
@@ -213,14 +228,24 @@ def finish_workflow(session: Session, workflow: Workflow) -> None:
     session.flush()
 
 
-def reference_step_name(workflow: Workflow) -> str | None:
-    return workflow.current_step_name or workflow.next_step_name
+def reference_step_name(workflow: Workflow, current: str | None = None) -> str | None:
+    """The step scheduling counts from: the running step, else the last scheduled one."""
+    return current or workflow.current_step_name or workflow.next_step_name
 
 
 def schedule_next_step(
-    session: Session, workflow: Workflow, wait: timedelta | None = None
+    session: Session,
+    workflow: Workflow,
+    wait: timedelta | None = None,
+    *,
+    current: str | None = None,
 ) -> StepExecution | None:
-    following = workflow.steps.next_after(reference_step_name(workflow))
+    """Schedule the runnable step after the reference step, or finish the workflow.
+
+    ``current`` names the step that just ran when the caller has already cleared
+    ``current_step_name`` (the executor does, so the workflow row is written once).
+    """
+    following = workflow.steps.next_after(reference_step_name(workflow, current))
     if following is None:
         finish_workflow(session, workflow)
         return None
@@ -230,10 +255,14 @@ def schedule_next_step(
 
 
 def reschedule_current_step(
-    session: Session, workflow: Workflow, wait: timedelta | None = None
+    session: Session,
+    workflow: Workflow,
+    wait: timedelta | None = None,
+    *,
+    current: str | None = None,
 ) -> StepExecution:
     """Run the current step again; only the given wait counts (the step's own is not reapplied)."""
-    name = reference_step_name(workflow)
+    name = reference_step_name(workflow, current)
     step_def = workflow.steps.named(name)
     if step_def is None:
         from engine.errors import StepNotDefinedError
