@@ -21,6 +21,7 @@ _DURATION_FIELDS = {
     "dispatch_interval",
     "dispatch_horizon",
     "dispatch_resend_after",
+    "housekeeping_interval",
 }
 _NULLABLE_FIELDS = {
     "delete_completed_workflows_after",
@@ -74,6 +75,9 @@ class Settings:
     #: GENEVA_DISPATCH_RESEND_AFTER — a due execution whose message was sent this long ago and
     #: that still has not started is sent again (messages are at-least-once; running is once).
     dispatch_resend_after: timedelta = timedelta(minutes=2)
+    #: GENEVA_HOUSEKEEPING_INTERVAL — how often the dispatcher loop (and the Celery beat
+    #: schedule) runs housekeeping: cleanup, stuck recovery and gauges.
+    housekeeping_interval: timedelta = timedelta(minutes=5)
     _frozen: bool = field(default=False, repr=False)
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -1,0 +1,41 @@
+"""Process start-up shared by every role: import the workflow modules, point at the database.
+
+Web, workers and the dispatcher must all know the same workflow classes (SPEC §3): a worker
+that has not imported a class would load its rows as plain ``Workflow`` and find no steps, so
+the executor would pause them as "step not defined". ``GENEVA_WORKFLOW_MODULES`` lists the
+modules (``pkg.mod,other.mod``); each role calls :func:`import_workflow_modules` before it
+touches a workflow.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+
+log = logging.getLogger(__name__)
+
+_imported: set[str] = set()
+
+
+def workflow_module_names(raw: str | None = None) -> list[str]:
+    """The module names in ``GENEVA_WORKFLOW_MODULES`` (comma or whitespace separated)."""
+    value = os.environ.get("GENEVA_WORKFLOW_MODULES", "") if raw is None else raw
+    return [part for part in value.replace(",", " ").split() if part]
+
+
+def import_workflow_modules(names: list[str] | None = None) -> list[str]:
+    """Import every workflow module once; a missing module fails loudly, naming the variable."""
+    wanted = workflow_module_names() if names is None else names
+    for name in wanted:
+        if name in _imported:
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise ImportError(
+                f"GENEVA_WORKFLOW_MODULES names {name!r}, which cannot be imported: {exc}"
+            ) from exc
+        _imported.add(name)
+        log.info("imported workflow module %s", name)
+    return wanted
