@@ -1,0 +1,70 @@
+"""Small helpers shared by the engine tests (heroes, fresh reads, time checks)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from engine import db
+from engine.models import StepExecution, utcnow
+from tests.conftest import Account, Order
+
+
+def make_order(session: Session, status: str = "new") -> Order:
+    order = Order(status=status)
+    session.add(order)
+    session.flush()
+    return order
+
+
+def make_account(session: Session) -> Account:
+    account = Account()
+    session.add(account)
+    session.flush()
+    return account
+
+
+def executions(session: Session, workflow: Any) -> list[StepExecution]:
+    """Every execution of ``workflow`` in creation order, read fresh from the database."""
+    session.expire_all()
+    return list(
+        session.scalars(
+            select(StepExecution)
+            .where(StepExecution.workflow_id == workflow.id)
+            .order_by(StepExecution.id)
+        )
+    )
+
+
+def summary(session: Session, workflow: Any) -> list[tuple[str, str, str | None]]:
+    return [(e.step_name, e.state, e.outcome) for e in executions(session, workflow)]
+
+
+@contextmanager
+def other_session() -> Iterator[Session]:
+    """A second, independent session (another connection) on the test database."""
+    session = db.new_session()
+    try:
+        yield session
+    finally:
+        session.rollback()
+        session.close()
+
+
+def assert_close(value: datetime | None, expected: datetime, tolerance: float = 5.0) -> None:
+    assert value is not None, "expected a timestamp, got None"
+    delta = abs((value - expected).total_seconds())
+    assert delta <= tolerance, f"{value} is {delta:.1f}s away from {expected}"
+
+
+def assert_recent(value: datetime | None, tolerance: float = 10.0) -> None:
+    assert_close(value, utcnow(), tolerance)
+
+
+def seconds(n: float) -> timedelta:
+    return timedelta(seconds=n)
