@@ -190,7 +190,7 @@ def test_a_class_that_fails_validation_is_not_registered_and_can_be_defined_agai
 
     assert workflow_class("DslRetryWorkflow") is None
 
-    class DslRetryWorkflow(Workflow):  # noqa: F811 - defined again on purpose
+    class DslRetryWorkflow(Workflow):
         @step(wait=5)
         def first(self):
             pass
@@ -357,7 +357,7 @@ def test_step_decorator_misuse_is_a_type_error():
 
 
 def test_cancel_if_and_class_attribute_validation():
-    with pytest.raises(StepConfigurationError, match="DslCancelIfBad.cancel_if has 12"):
+    with pytest.raises(StepConfigurationError, match=r"DslCancelIfBad\.cancel_if has 12"):
 
         class DslCancelIfBad(Workflow):
             cancel_if = (12,)
@@ -372,7 +372,7 @@ def test_cancel_if_and_class_attribute_validation():
             exception_policies = ("pause",)
 
     with pytest.raises(
-        StepConfigurationError, match="DslJobOptionsBad.step_job_options has unknown"
+        StepConfigurationError, match=r"DslJobOptionsBad\.step_job_options has unknown"
     ):
 
         class DslJobOptionsBad(Workflow):
