@@ -31,7 +31,6 @@ from engine.states import (
     WorkflowState,
     is_ongoing,
 )
-from engine.transport import discard_pending_after, pending_count
 
 if TYPE_CHECKING:
     from engine.steps import StepDefinition
@@ -176,16 +175,14 @@ def deliver(
     data = serialize_payload({} if payload is None else payload)
     session = scheduling.session_of(workflow)
 
-    sends_before = pending_count(session)
-    try:
-        with session.begin_nested():
-            scheduling.lock_workflow(session, workflow)
-            signal, duplicate = _insert_or_find(session, workflow, name, key, data)
-            if not duplicate and workflow.state != WorkflowState.PAUSED:
-                wake_matching(session, workflow, signal)
-    except BaseException:
-        discard_pending_after(session, sends_before)
-        raise
+    # Lock first (on SQLite this opens the write transaction), then do everything in a
+    # savepoint: an error anywhere inside leaves no signal row, no claim and no woken
+    # execution behind, and drops the messages queued inside (engine.transport).
+    scheduling.lock_workflow(session, workflow)
+    with session.begin_nested():
+        signal, duplicate = _insert_or_find(session, workflow, name, key, data)
+        if not duplicate and workflow.state != WorkflowState.PAUSED:
+            wake_matching(session, workflow, signal)
     if duplicate:
         signal.duplicate_delivery = True
     if signal_delivered.receivers:

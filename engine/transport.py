@@ -115,32 +115,39 @@ def enqueues_deferred() -> bool:
 _PENDING_KEY = "geneva_pending_messages"
 
 
+def _transaction_chain(session: Session) -> tuple[Any, ...]:
+    """The innermost open transaction (savepoint or root) and all its parents."""
+    innermost = session.get_nested_transaction() or session.get_transaction()
+    chain = []
+    while innermost is not None:
+        chain.append(innermost)
+        innermost = innermost.parent
+    return tuple(chain)
+
+
 def queue_message(session: Session, message: Message) -> None:
-    """Send ``message`` after ``session`` commits (or at once when enqueues are not deferred)."""
+    """Send ``message`` after ``session`` commits (or at once when enqueues are not deferred).
+
+    Each queued message remembers the transactions it was queued in, so a savepoint that rolls
+    back drops its own messages and keeps those of the enclosing transaction.
+    """
     if not enqueues_deferred():
         get_transport().send(message)
         return
-    session.info.setdefault(_PENDING_KEY, []).append(message)
+    session.info.setdefault(_PENDING_KEY, []).append((_transaction_chain(session), message))
 
 
 def pending_count(session: Session) -> int:
     return len(session.info.get(_PENDING_KEY, ()))
 
 
-def discard_pending_after(session: Session, count: int) -> None:
-    """Drop messages queued after the first ``count`` (a savepoint that rolled back)."""
-    pending = session.info.get(_PENDING_KEY)
-    if pending is not None:
-        del pending[count:]
-
-
 @event.listens_for(Session, "after_commit")
 def _send_after_commit(session: Session) -> None:
-    messages = session.info.pop(_PENDING_KEY, None)
-    if not messages:
+    pending = session.info.pop(_PENDING_KEY, None)
+    if not pending:
         return
     transport = get_transport()
-    for message in messages:
+    for _chain, message in pending:
         try:
             transport.send(message)
         except Exception:
@@ -153,6 +160,13 @@ def _send_after_commit(session: Session) -> None:
             )
 
 
-@event.listens_for(Session, "after_rollback")
-def _drop_after_rollback(session: Session) -> None:
-    session.info.pop(_PENDING_KEY, None)
+@event.listens_for(Session, "after_soft_rollback")
+def _drop_after_rollback(session: Session, previous_transaction: Any) -> None:
+    pending = session.info.get(_PENDING_KEY)
+    if not pending:
+        return
+    kept = [(chain, m) for chain, m in pending if previous_transaction not in chain]
+    if kept:
+        session.info[_PENDING_KEY] = kept
+    else:
+        session.info.pop(_PENDING_KEY, None)

@@ -110,7 +110,7 @@ class Workflow(TimestampMixin, Base):
         lazy="select",
     )
 
-    __mapper_args__ = {  # noqa: RUF012
+    __mapper_args__ = {
         "polymorphic_on": "type",
         "polymorphic_identity": "Workflow",
     }
