@@ -117,6 +117,8 @@ _PENDING_KEY = "geneva_pending_messages"
 
 def _transaction_chain(session: Session) -> tuple[Any, ...]:
     """The innermost open transaction (savepoint or root) and all its parents."""
+    if session.get_transaction() is None:
+        session.begin()  # what autobegin would do at the first statement
     innermost = session.get_nested_transaction() or session.get_transaction()
     chain = []
     while innermost is not None:
