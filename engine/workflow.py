@@ -251,9 +251,11 @@ class Workflow(TimestampMixin, Base):
             ).first()
             if existing is not None:
                 raise _duplicate_error(cls, workflow, existing)
-        session.add(workflow)
         try:
+            # Added inside the savepoint: on a unique-index violation (a race) the rollback
+            # expunges the pending row, so the caller's transaction stays usable.
             with session.begin_nested():
+                session.add(workflow)
                 session.flush()
         except IntegrityError as exc:
             raise _duplicate_error(cls, workflow, None) from exc
@@ -678,7 +680,9 @@ def load_hero(session: Session | None, hero_type: str | None, hero_id: str | Non
 def _hero_identity_ready(session: Session, hero: Any) -> None:
     from sqlalchemy import inspect
 
-    state = inspect(hero)
+    state = inspect(hero, raiseerr=False)
+    if state is None:
+        raise TypeError(f"hero must be an SQLAlchemy-mapped object, got {type(hero).__name__}")
     if state.pending or (state.transient and hero not in session):
         if state.transient:
             session.add(hero)
