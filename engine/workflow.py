@@ -322,7 +322,7 @@ class Workflow(TimestampMixin, Base):
     def hero(self) -> Any:
         cached = self.__dict__.get("_hero_cache", _MISSING)
         key = (self.hero_type, self.hero_id)
-        if cached is not _MISSING and cached[0] == key:
+        if cached is not _MISSING and cached[0] == key and _still_loaded(cached[1]):
             return cached[1]
         value = load_hero(object_session(self), self.hero_type, self.hero_id)
         self.__dict__["_hero_cache"] = (key, value)
@@ -504,6 +504,22 @@ class _FallbackPolymorphicMap(dict[Any, Any]):
 
 Workflow.__mapper__.polymorphic_map = _FallbackPolymorphicMap(Workflow.__mapper__.polymorphic_map)
 _MISSING = object()
+
+
+def _still_loaded(hero: Any) -> bool:
+    """A cached hero is reused only while it is live in a session (not deleted or expired).
+
+    A workflow instance outlives a step in the same session (test helpers, scripts); without
+    this check a hero deleted meanwhile would still be returned and its steps would run.
+    """
+    if hero is None:
+        return True
+    from sqlalchemy import inspect
+
+    state = inspect(hero, raiseerr=False)
+    if state is None:
+        return True
+    return bool(state.persistent and not state.expired)
 
 
 def workflow_class(name: str) -> type[Workflow] | None:
