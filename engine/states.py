@@ -151,6 +151,32 @@ STEP_STATE_TIMESTAMP: dict[str, str] = {
     StepState.CANCELED: "canceled_at",
 }
 
+#: Every (state, outcome) pair a step execution may hold (reference engine-core §2.3). Live
+#: executions carry no outcome; each final state allows only the outcomes its producers write.
+STEP_STATE_OUTCOMES: dict[str, frozenset[str | None]] = {
+    StepState.SCHEDULED: frozenset({None}),
+    StepState.WAITING: frozenset({None}),
+    StepState.IN_PROGRESS: frozenset({None}),
+    StepState.COMPLETED: frozenset(
+        {
+            Outcome.SUCCESS,
+            Outcome.REATTEMPTED,
+            Outcome.CONTINUED,
+            Outcome.WORKFLOW_PAUSED,
+            Outcome.RECOVERED,
+        }
+    ),
+    StepState.CANCELED: frozenset({Outcome.CANCELED, Outcome.RECOVERED}),
+    StepState.SKIPPED: frozenset({Outcome.SKIPPED}),
+    StepState.FAILED: frozenset({Outcome.FAILED, Outcome.CANCELED}),
+}
+
+
+def is_legal_step_outcome(state: str, outcome: str | None) -> bool:
+    """True when a step execution may hold ``outcome`` in ``state`` (see STEP_STATE_OUTCOMES)."""
+    return outcome in STEP_STATE_OUTCOMES.get(state, frozenset())
+
+
 #: Outcomes that close a signal's attachment cleanly (``Signal.fully_resolved``).
 RESOLVING_OUTCOMES = frozenset({Outcome.SUCCESS, Outcome.SKIPPED})
 

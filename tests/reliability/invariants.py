@@ -1,0 +1,228 @@
+"""The invariant checker: what must hold in a GenevaDrive database whatever happened to it.
+
+Every reliability test (races, crashes, soak) ends with :func:`assert_invariants`. The rules
+are read from :mod:`engine.states` (the one state machine); nothing here keeps its own copy
+of which states or outcomes exist.
+
+Always (even while workers run):
+
+* at most one ``scheduled``/``in_progress`` execution per workflow (ACTIVE_STEP_STATES), and
+  at most one current one, ``waiting`` included (CURRENT_STEP_STATES);
+* no signal is attached to two current executions, an execution's signal exists and belongs
+  to the execution's workflow, and a parked (``waiting``) execution carries no signal yet;
+* signal counters are consistent: ``0 <= consumed <= claimed``; ``pending`` iff nothing was
+  claimed; ``consumed`` only when something was consumed; the timestamps match the counters;
+* every workflow state, step state, signal state and (step state, outcome) pair is legal;
+* no execution or signal without its workflow (orphans);
+* a finished or canceled workflow has no current execution.
+
+When ``quiescent=True`` (no worker, dispatcher or operator is running any more, after recovery):
+
+* nothing is ``in_progress`` and no workflow is ``performing``;
+* every ``ready`` workflow has exactly one current execution, otherwise nothing would ever run
+  it again (lost work).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import Session
+
+from engine import states
+from engine.models import Signal, StepExecution
+from engine.workflow import Workflow
+
+_wf = Workflow.__table__
+_ex = StepExecution.__table__
+_sig = Signal.__table__
+
+
+@dataclass
+class InvariantReport:
+    workflows: int = 0
+    executions: int = 0
+    signals: int = 0
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def add(self, message: str) -> None:
+        self.violations.append(message)
+
+    def __str__(self) -> str:
+        head = (
+            f"{self.workflows} workflows, {self.executions} executions, {self.signals} signals: "
+        )
+        if self.ok:
+            return head + "all invariants hold"
+        shown = "\n  ".join(self.violations[:50])
+        more = f"\n  ... and {len(self.violations) - 50} more" if len(self.violations) > 50 else ""
+        return head + f"{len(self.violations)} violation(s):\n  {shown}{more}"
+
+
+def _connection_of(target: Engine | Connection | Session) -> tuple[Connection, bool]:
+    if isinstance(target, Session):
+        return target.connection(), False
+    if isinstance(target, Engine):
+        return target.connect(), True
+    return target, False
+
+
+def check_invariants(
+    target: Engine | Connection | Session, *, quiescent: bool = False
+) -> InvariantReport:
+    """Inspect the database behind ``target`` and return every violation found."""
+    connection, own = _connection_of(target)
+    try:
+        workflows = {
+            row.id: row
+            for row in connection.execute(
+                select(_wf.c.id, _wf.c.state, _wf.c.type, _wf.c.next_step_name)
+            )
+        }
+        executions = list(
+            connection.execute(
+                select(
+                    _ex.c.id,
+                    _ex.c.workflow_id,
+                    _ex.c.step_name,
+                    _ex.c.state,
+                    _ex.c.outcome,
+                    _ex.c.signal_id,
+                )
+            )
+        )
+        signals = {
+            row.id: row
+            for row in connection.execute(
+                select(
+                    _sig.c.id,
+                    _sig.c.workflow_id,
+                    _sig.c.name,
+                    _sig.c.state,
+                    _sig.c.claimed,
+                    _sig.c.consumed,
+                    _sig.c.claimed_at,
+                    _sig.c.consumed_at,
+                )
+            )
+        }
+    finally:
+        if own:
+            connection.close()
+    return evaluate(workflows, executions, signals, quiescent=quiescent)
+
+
+def evaluate(
+    workflows: dict[int, Any],
+    executions: list[Any],
+    signals: dict[int, Any],
+    *,
+    quiescent: bool = False,
+) -> InvariantReport:
+    """The rules themselves, on plain rows (``.id``, ``.state``, … attributes)."""
+    report = InvariantReport(len(workflows), len(executions), len(signals))
+    workflow_states = {s.value for s in states.WorkflowState}
+    step_states = {s.value for s in states.StepState}
+    signal_states = {s.value for s in states.SignalState}
+
+    for wf in workflows.values():
+        if wf.state not in workflow_states:
+            report.add(f"workflow {wf.id}: unknown state {wf.state!r}")
+
+    active: Counter[int] = Counter()
+    current: defaultdict[int, list[Any]] = defaultdict(list)
+    attached_current: defaultdict[int, list[int]] = defaultdict(list)
+    for ex in executions:
+        label = f"execution {ex.id} (workflow {ex.workflow_id}, step {ex.step_name!r})"
+        if ex.workflow_id not in workflows:
+            report.add(f"{label}: orphaned, its workflow does not exist")
+        if ex.state not in step_states:
+            report.add(f"{label}: unknown state {ex.state!r}")
+        elif not states.is_legal_step_outcome(ex.state, ex.outcome):
+            report.add(f"{label}: illegal state/outcome pair {ex.state}/{ex.outcome}")
+        if ex.state in states.ACTIVE_STEP_STATES:
+            active[ex.workflow_id] += 1
+        if ex.state in states.CURRENT_STEP_STATES:
+            current[ex.workflow_id].append(ex)
+            if ex.signal_id is not None:
+                attached_current[ex.signal_id].append(ex.id)
+        if ex.state == states.StepState.WAITING and ex.signal_id is not None:
+            report.add(f"{label}: parked at the gate but already holds signal {ex.signal_id}")
+        if ex.signal_id is not None:
+            sig = signals.get(ex.signal_id)
+            if sig is None:
+                report.add(f"{label}: attached signal {ex.signal_id} does not exist")
+            else:
+                if sig.workflow_id != ex.workflow_id:
+                    report.add(
+                        f"{label}: attached signal {sig.id} belongs to workflow {sig.workflow_id}"
+                    )
+                if sig.state == states.SignalState.PENDING or (sig.claimed or 0) < 1:
+                    report.add(
+                        f"{label}: attached signal {sig.id} was never claimed "
+                        f"(state {sig.state}, claimed {sig.claimed})"
+                    )
+
+    for workflow_id, count in active.items():
+        if count > 1:
+            report.add(f"workflow {workflow_id}: {count} scheduled/in_progress executions")
+    for workflow_id, rows in current.items():
+        if len(rows) > 1:
+            listing = ", ".join(f"{r.id}:{r.step_name}:{r.state}" for r in rows)
+            report.add(f"workflow {workflow_id}: {len(rows)} current executions ({listing})")
+        wf = workflows.get(workflow_id)
+        if wf is not None and states.is_terminal(wf.state):
+            listing = ", ".join(f"{r.id}:{r.state}" for r in rows)
+            report.add(f"workflow {workflow_id} is {wf.state} but has current execution(s) {listing}")
+    for signal_id, ids in attached_current.items():
+        if len(ids) > 1:
+            report.add(f"signal {signal_id}: attached to {len(ids)} current executions {ids}")
+
+    for sig in signals.values():
+        label = f"signal {sig.id} ({sig.name!r}, workflow {sig.workflow_id})"
+        if sig.workflow_id not in workflows:
+            report.add(f"{label}: orphaned, its workflow does not exist")
+        claimed, consumed = sig.claimed or 0, sig.consumed or 0
+        if sig.state not in signal_states:
+            report.add(f"{label}: unknown state {sig.state!r}")
+        if not 0 <= consumed <= claimed:
+            report.add(f"{label}: counters claimed={claimed} consumed={consumed}")
+        if (sig.state == states.SignalState.PENDING) != (claimed == 0):
+            report.add(f"{label}: state {sig.state} with claimed={claimed}")
+        if sig.state == states.SignalState.CONSUMED and consumed == 0:
+            report.add(f"{label}: consumed with consumed=0")
+        if (sig.claimed_at is not None) != (claimed > 0):
+            report.add(f"{label}: claimed_at={sig.claimed_at} with claimed={claimed}")
+        if (sig.consumed_at is not None) != (sig.state == states.SignalState.CONSUMED):
+            report.add(f"{label}: consumed_at={sig.consumed_at} in state {sig.state}")
+
+    if quiescent:
+        for ex in executions:
+            if ex.state == states.StepState.IN_PROGRESS:
+                report.add(f"execution {ex.id} (workflow {ex.workflow_id}): still in_progress")
+        for wf in workflows.values():
+            if wf.state == states.WorkflowState.PERFORMING:
+                report.add(f"workflow {wf.id}: still performing")
+            if wf.state == states.WorkflowState.READY and len(current.get(wf.id, [])) != 1:
+                report.add(
+                    f"workflow {wf.id}: ready with {len(current.get(wf.id, []))} current "
+                    "executions (nothing would run it)"
+                )
+    return report
+
+
+def assert_invariants(
+    target: Engine | Connection | Session, *, quiescent: bool = False
+) -> InvariantReport:
+    """Raise AssertionError listing every violation; return the report when all hold."""
+    report = check_invariants(target, quiescent=quiescent)
+    assert report.ok, str(report)
+    return report

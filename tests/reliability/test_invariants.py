@@ -1,0 +1,129 @@
+"""The invariant checker itself: it passes on healthy data and catches each kind of damage."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from types import SimpleNamespace
+
+import pytest
+from sqlalchemy import text
+
+from engine import Workflow, step
+from engine.models import utcnow
+from engine.testing import speedrun_workflow
+from tests.conftest import Order
+from tests.reliability.invariants import assert_invariants, check_invariants, evaluate
+
+
+def wf(id, state="ready"):
+    return SimpleNamespace(id=id, state=state, type="W", next_step_name="a")
+
+
+def ex(id, workflow_id, state="scheduled", outcome=None, signal_id=None, step_name="a"):
+    return SimpleNamespace(
+        id=id, workflow_id=workflow_id, state=state, outcome=outcome, signal_id=signal_id,
+        step_name=step_name,
+    )
+
+
+def sig(id, workflow_id, state="pending", claimed=0, consumed=0, claimed_at=None, consumed_at=None):
+    return SimpleNamespace(
+        id=id, workflow_id=workflow_id, name="s", state=state, claimed=claimed, consumed=consumed,
+        claimed_at=claimed_at, consumed_at=consumed_at,
+    )
+
+
+NOW = utcnow()
+
+CASES = {
+    "two active": ({1: wf(1)}, [ex(1, 1), ex(2, 1, "in_progress")], {}, "scheduled/in_progress"),
+    "two current": ({1: wf(1)}, [ex(1, 1), ex(2, 1, "waiting")], {}, "current executions"),
+    "illegal outcome": ({1: wf(1)}, [ex(1, 1, "completed", "failed")], {}, "illegal state/outcome"),
+    "outcome on live": ({1: wf(1)}, [ex(1, 1, "scheduled", "success")], {}, "illegal state/outcome"),
+    "unknown step state": ({1: wf(1)}, [ex(1, 1, "zombie")], {}, "unknown state"),
+    "unknown wf state": ({1: wf(1, "sleeping")}, [], {}, "unknown state"),
+    "orphan execution": ({}, [ex(1, 99, "completed", "success")], {}, "orphaned"),
+    "orphan signal": ({}, [], {1: sig(1, 5)}, "orphaned"),
+    "finished with current": ({1: wf(1, "finished")}, [ex(1, 1)], {}, "finished but has current"),
+    "canceled with waiting": ({1: wf(1, "canceled")}, [ex(1, 1, "waiting")], {}, "canceled but"),
+    "consumed > claimed": (
+        {1: wf(1)}, [], {1: sig(1, 1, "consumed", 1, 2, NOW, NOW)}, "counters"
+    ),
+    "pending but claimed": ({1: wf(1)}, [], {1: sig(1, 1, "pending", 1, 0, NOW)}, "state pending"),
+    "claimed with zero": ({1: wf(1)}, [], {1: sig(1, 1, "claimed", 0, 0)}, "state claimed"),
+    "consumed with zero": (
+        {1: wf(1)}, [], {1: sig(1, 1, "consumed", 1, 0, NOW, NOW)}, "consumed with consumed=0"
+    ),
+    "consumed_at missing": ({1: wf(1)}, [], {1: sig(1, 1, "consumed", 1, 1, NOW)}, "consumed_at"),
+    "signal on two": (
+        {1: wf(1), 2: wf(2)},
+        [ex(1, 1, signal_id=1), ex(2, 2, signal_id=1)],
+        {1: sig(1, 1, "claimed", 1, 0, NOW)},
+        "attached to 2 current",
+    ),
+    "foreign signal": (
+        {1: wf(1), 2: wf(2)}, [ex(1, 1, signal_id=1)], {1: sig(1, 2, "claimed", 1, 0, NOW)},
+        "belongs to workflow 2",
+    ),
+    "unclaimed attached": ({1: wf(1)}, [ex(1, 1, signal_id=1)], {1: sig(1, 1)}, "never claimed"),
+    "waiting with signal": (
+        {1: wf(1)}, [ex(1, 1, "waiting", signal_id=1)], {1: sig(1, 1, "claimed", 1, 0, NOW)},
+        "parked at the gate",
+    ),
+    "missing signal": ({1: wf(1)}, [ex(1, 1, signal_id=7)], {}, "does not exist"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_each_kind_of_damage_is_reported(name):
+    workflows, executions, signals, needle = CASES[name]
+    report = evaluate(workflows, executions, signals)
+    assert not report.ok
+    assert any(needle in v for v in report.violations), report.violations
+
+
+def test_quiescent_rules():
+    report = evaluate({1: wf(1), 2: wf(2, "performing")}, [ex(1, 2, "in_progress")], {},
+                      quiescent=True)
+    text_ = "\n".join(report.violations)
+    assert "ready with 0 current" in text_
+    assert "still performing" in text_
+    assert "still in_progress" in text_
+    assert evaluate({1: wf(1)}, [ex(1, 1)], {}, quiescent=True).ok
+
+
+def test_healthy_database_passes_and_damage_is_found(geneva_session):
+    class InvariantProbeWorkflow(Workflow):
+        @step
+        def one(self):
+            pass
+
+        @step(wait=timedelta(hours=1))
+        def two(self):
+            pass
+
+    for _ in range(3):
+        order = Order()
+        geneva_session.add(order)
+        geneva_session.flush()
+        speedrun_workflow(InvariantProbeWorkflow.create(hero=order))
+    order = Order()
+    geneva_session.add(order)
+    geneva_session.flush()
+    waiting = InvariantProbeWorkflow.create(hero=order)
+    geneva_session.commit()
+    report = assert_invariants(geneva_session.get_bind(), quiescent=True)
+    assert report.workflows == 4 and report.executions == 7
+
+    # Damage the data behind the engine's back: a finished workflow gets a live execution.
+    geneva_session.execute(
+        text(
+            "UPDATE geneva_drive_step_executions SET state='scheduled', outcome=NULL "
+            "WHERE id = (SELECT MIN(id) FROM geneva_drive_step_executions)"
+        )
+    )
+    geneva_session.commit()
+    report = check_invariants(geneva_session.get_bind())
+    assert not report.ok
+    assert any("finished but has current" in v for v in report.violations)
+    assert waiting.id is not None
