@@ -1,0 +1,108 @@
+"""Two processes create the same workflow for one hero at the same moment (PostgreSQL only):
+exactly one wins, the other gets DuplicateWorkflowError from the partial unique index."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+from sqlalchemy import select
+from sqlalchemy.engine.url import make_url
+
+from engine import Workflow, db, step
+from engine.errors import DuplicateWorkflowError
+from tests.conftest import Order
+from tests.engine.helpers import make_order
+
+_url = os.environ.get("GENEVA_TEST_DATABASE_URL")
+pytestmark = [
+    pytest.mark.postgres,
+    pytest.mark.skipif(
+        not _url or make_url(_url).get_backend_name() != "postgresql",
+        reason="needs GENEVA_TEST_DATABASE_URL pointing at PostgreSQL",
+    ),
+]
+
+
+class RaceWorkflow(Workflow):
+    @step
+    def only(self):
+        pass
+
+
+def _create_in_own_session(order_id, results, name, before_commit=None, timeout=30):
+    session = db.new_session()
+    try:
+        hero = session.get(Order, order_id)
+        wf = RaceWorkflow.create(hero=hero, session=session)
+        if before_commit is not None:
+            before_commit()
+        session.commit()
+        results[name] = ("ok", wf.id)
+    except DuplicateWorkflowError as exc:
+        session.rollback()
+        results[name] = ("duplicate", exc)
+    except Exception as exc:  # pragma: no cover - reported by the assertion below
+        session.rollback()
+        results[name] = ("error", exc)
+    finally:
+        session.close()
+
+
+def test_two_threads_race_to_create_exactly_one_wins(geneva_session):
+    order = make_order(geneva_session)
+    geneva_session.commit()
+    barrier = threading.Barrier(2)
+    results: dict[str, tuple] = {}
+
+    def run(name):
+        barrier.wait(timeout=10)
+        _create_in_own_session(order.id, results, name)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    outcomes = sorted(r[0] for r in results.values())
+    assert outcomes == ["duplicate", "ok"], results
+    geneva_session.expire_all()
+    rows = geneva_session.scalars(select(Workflow).where(Workflow.hero_id == str(order.id))).all()
+    assert len(rows) == 1 and rows[0].state == "ready"
+    assert len(rows[0].step_executions) == 1
+
+
+def test_index_decides_when_the_validation_cannot_see_the_other_insert(geneva_session):
+    """B validates while A's row is inserted but uncommitted: B blocks on the unique index
+    until A commits, then gets DuplicateWorkflowError (not a raw IntegrityError)."""
+    order = make_order(geneva_session)
+    geneva_session.commit()
+    results: dict[str, tuple] = {}
+    a_inserted = threading.Event()
+    b_started = threading.Event()
+
+    def a_hold():
+        a_inserted.set()
+        assert b_started.wait(timeout=10)
+        # give B time to run its validation query and block on the index
+        threading.Event().wait(0.5)
+
+    def run_a():
+        _create_in_own_session(order.id, results, "a", before_commit=a_hold)
+
+    def run_b():
+        assert a_inserted.wait(timeout=10)
+        b_started.set()
+        _create_in_own_session(order.id, results, "b")
+
+    threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results["a"][0] == "ok", results
+    assert results["b"][0] == "duplicate", results
+    error = results["b"][1]
+    assert "(workflow #" not in str(error)  # the index, not the validation query
+    assert "already exists for Order" in str(error)
