@@ -9,11 +9,11 @@ execution continues from the cursor.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, update
+from sqlalchemy import Select, literal, tuple_, update
 
 from engine.flow_control import Interrupt
 from engine.models import StepExecution, utcnow
@@ -103,59 +103,88 @@ class IterableStep:
         self,
         query: Select[Any],
         fn: Callable[[Any], Any],
-        cursor_column: str = "id",
+        cursor_column: str | Sequence[str] = "id",
         batch_size: int = 1000,
     ) -> None:
-        """Call ``fn`` for each row of ``query`` in ``cursor_column`` order; cursor = that value."""
+        """Call ``fn`` for each row of ``query`` in ``cursor_column`` order; cursor = that value.
+
+        ``cursor_column`` names a unique, ordered column of the selected entity, or several
+        (``("created_at", "id")``) whose values together are unique; the cursor is then the
+        list of those values and pages are compared as row values.
+        """
 
         def each_batch(rows: list[Any]) -> None:
             for row in rows:
                 fn(row)
-                self.set(getattr(row, cursor_column))
+                self.set(self._cursor_of(row, cursor_column))
 
-        self._keyset(query, cursor_column, batch_size, each_batch, per_row=True)
+        self._keyset(query, cursor_column, batch_size, each_batch)
 
     def iterate_over_batches(
         self,
         query: Select[Any],
         fn: Callable[[list[Any]], Any],
         batch_size: int = 1000,
-        cursor_column: str = "id",
+        cursor_column: str | Sequence[str] = "id",
     ) -> None:
         """Call ``fn`` with lists of up to ``batch_size`` rows; cursor = the batch's last value."""
 
         def each_batch(rows: list[Any]) -> None:
             fn(rows)
-            self.set(getattr(rows[-1], cursor_column))
+            self.set(self._cursor_of(rows[-1], cursor_column))
 
-        self._keyset(query, cursor_column, batch_size, each_batch, per_row=False)
+        self._keyset(query, cursor_column, batch_size, each_batch)
+
+    @staticmethod
+    def _cursor_of(row: Any, cursor_column: str | Sequence[str]) -> Any:
+        if isinstance(cursor_column, str):
+            return getattr(row, cursor_column)
+        return [getattr(row, name) for name in cursor_column]
 
     def _keyset(
         self,
         query: Select[Any],
-        cursor_column: str,
+        cursor_column: str | Sequence[str],
         batch_size: int,
         each_batch: Callable[[list[Any]], None],
-        per_row: bool,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        names = [cursor_column] if isinstance(cursor_column, str) else list(cursor_column)
         entity = query.column_descriptions[0]["entity"]
-        if entity is None or not hasattr(entity, cursor_column):
+        if (
+            not names
+            or entity is None
+            or not all(isinstance(n, str) and hasattr(entity, n) for n in names)
+        ):
             raise ValueError(
                 f"cursor_column {cursor_column!r} is not an attribute of the query's entity; "
-                "select a mapped class and name one of its unique, ordered columns"
+                "select a mapped class and name one of its unique, ordered columns (or a tuple "
+                "of columns that are unique together)"
             )
-        column = getattr(entity, cursor_column)
+        columns = [getattr(entity, n) for n in names]
         session = self._executor.session
         while True:
-            page = query.order_by(None).order_by(column)
+            page = query.order_by(None).order_by(*columns)
             if self.cursor is not None:
                 # Keyset: an index range scan from the cursor on, never OFFSET.
-                page = page.where(column > self.cursor)
+                page = page.where(self._after(columns, self.cursor, cursor_column))
             rows = list(session.scalars(page.limit(batch_size)))
             if not rows:
                 return
             each_batch(rows)
             if len(rows) < batch_size:
                 return
+
+    @staticmethod
+    def _after(columns: list[Any], cursor: Any, cursor_column: str | Sequence[str]) -> Any:
+        if isinstance(cursor_column, str):
+            return columns[0] > cursor
+        if not isinstance(cursor, list | tuple) or len(cursor) != len(columns):
+            raise ValueError(
+                f"cursor {cursor!r} does not fit cursor_column {tuple(cursor_column)!r}: a "
+                f"composite keyset cursor is a list of {len(columns)} values"
+            )
+        # A row-value comparison: (a, b) > (x, y), served by an index on (a, b).
+        values = [literal(v, type_=c.type) for c, v in zip(columns, cursor, strict=True)]
+        return tuple_(*columns) > tuple_(*values)
