@@ -1,10 +1,23 @@
-"""The Celery side: the app, the ``geneva_drive.perform_step`` task and the Celery transport.
+"""The Celery side: the app, the tasks, the worker hooks and the Celery transport.
 
 Celery only carries "run execution N now"; the database row is the schedule (SPEC §1.2).
-The task is thin and idempotent: running a message twice is harmless because the executor
-only starts an execution that is still ``scheduled``, under the workflow lock.
+``geneva_drive.perform_step`` is thin and idempotent: running a message twice is harmless
+because the executor only starts an execution that is still ``scheduled``, under the workflow
+lock. That is also why ``acks_late`` is safe here: a message whose worker died mid-step is
+redelivered, and the redelivery finds the row ``in_progress`` and does nothing (housekeeping
+recovers the row once it is stuck).
 
-Start a worker with ``celery -A engine.celery worker``; configure with ``GENEVA_BROKER_URL``.
+Processes::
+
+    celery -A engine.celery worker            # runs steps (GENEVA_BROKER_URL, GENEVA_DATABASE_URL)
+    celery -A engine.celery beat              # dispatch_due every dispatch_interval, housekeeping
+
+Each worker process imports ``GENEVA_WORKFLOW_MODULES`` and configures its own database
+engine after the fork. On a warm shutdown (the first Ctrl-C / SIGTERM) running resumable
+steps stop at their next checkpoint and hand over to a successor execution.
+
+The dashboard process sends messages through the same app; ``celery_init_app(flask_app)``
+wires it into a Flask app factory without this module importing Flask.
 """
 
 from __future__ import annotations
@@ -14,33 +27,68 @@ import os
 import time
 from typing import Any
 
-from celery import Celery
+from celery import Celery, Task
+from celery.signals import worker_init, worker_process_init, worker_shutting_down
 
+from engine.config import settings
 from engine.transport import Message
 
-log = logging.getLogger("engine.celery")
+log = logging.getLogger(__name__)
 
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
+#: Task names are stable strings: queued messages outlive refactors of module paths.
 PERFORM_STEP_TASK = "geneva_drive.perform_step"
+DISPATCH_DUE_TASK = "geneva_drive.dispatch_due"
+HOUSEKEEPING_TASK = "geneva_drive.housekeeping"
 
 
-def make_celery(broker_url: str | None = None) -> Celery:
-    celery = Celery("geneva_drive", broker=broker_url or os.environ.get("GENEVA_BROKER_URL") or DEFAULT_BROKER_URL)
+def broker_url() -> str:
+    """``GENEVA_BROKER_URL`` or the local Redis default."""
+    return os.environ.get("GENEVA_BROKER_URL") or DEFAULT_BROKER_URL
+
+
+def default_queue() -> str:
+    """``GENEVA_DEFAULT_QUEUE``: the queue for steps without a ``queue`` job option."""
+    return os.environ.get("GENEVA_DEFAULT_QUEUE") or "default"
+
+
+def make_celery(url: str | None = None) -> Celery:
+    """A configured Celery app with the GenevaDrive tasks and beat schedule registered."""
+    celery = Celery("geneva_drive", broker=url or broker_url())
+    queue = default_queue()
+    dispatch_every = settings.dispatch_interval.total_seconds()
     celery.conf.update(
         task_ignore_result=True,
         task_acks_late=True,
-        # A message whose worker died is redelivered; the executor makes the rerun harmless.
+        # A message whose worker process died is redelivered; the executor makes it harmless.
         task_reject_on_worker_lost=True,
+        # One message per process at a time: a long step must not sit on prefetched messages.
         worker_prefetch_multiplier=1,
-        task_default_queue="default",
+        task_default_queue=queue,
         broker_connection_retry_on_startup=True,
+        worker_hijack_root_logger=False,
+        beat_schedule={
+            "geneva-drive-dispatch-due": {
+                "task": DISPATCH_DUE_TASK,
+                "schedule": dispatch_every,
+                # A sweep that waited longer than an interval is superseded by the next one.
+                "options": {"expires": max(dispatch_every, 1.0), "queue": queue},
+            },
+            "geneva-drive-housekeeping": {
+                "task": HOUSEKEEPING_TASK,
+                "schedule": settings.housekeeping_interval.total_seconds(),
+                "options": {"queue": queue},
+            },
+        },
     )
-    celery.task(name=PERFORM_STEP_TASK, bind=False, acks_late=True, ignore_result=True)(perform_step)
+    celery.task(name=PERFORM_STEP_TASK, acks_late=True, ignore_result=True)(perform_step)
+    celery.task(name=DISPATCH_DUE_TASK, ignore_result=True)(dispatch_due_task)
+    celery.task(name=HOUSEKEEPING_TASK, ignore_result=True)(housekeeping_task)
     return celery
 
 
 def perform_step(step_execution_id: int) -> None:
-    """Run one step execution; re-raises what the executor re-raises."""
+    """Run one step execution; re-raises what the executor re-raises (the step's own error)."""
     from sqlalchemy import select
 
     from engine import db, executor
@@ -49,7 +97,9 @@ def perform_step(step_execution_id: int) -> None:
     # Ride out replication lag between the sender's commit and this read (as the gem does).
     for attempt in range(5):
         with db.new_session() as session:
-            found = session.scalar(select(StepExecution.id).where(StepExecution.id == step_execution_id))
+            found = session.scalar(
+                select(StepExecution.id).where(StepExecution.id == step_execution_id)
+            )
         if found is not None:
             break
         if attempt < 4:
@@ -58,6 +108,85 @@ def perform_step(step_execution_id: int) -> None:
         log.warning("step execution %s not found; nothing to run", step_execution_id)
         return
     executor.execute(step_execution_id)
+
+
+def dispatch_due_task() -> int:
+    """Beat task: one dispatcher sweep (:func:`engine.dispatch.dispatch_due`)."""
+    from engine.dispatch import dispatch_due
+
+    return dispatch_due()
+
+
+def housekeeping_task() -> dict[str, int]:
+    """Beat task: one housekeeping run; returns the gem's result keys."""
+    from engine.housekeeping import run
+
+    return run().as_dict()
+
+
+# --- worker process hooks ---------------------------------------------------------------------
+
+
+def _on_worker_init(**_: Any) -> None:
+    # The main worker process: the solo and threads pools run steps here, and prefork children
+    # inherit the imported workflow classes.
+    from engine.bootstrap import import_workflow_modules
+
+    import_workflow_modules()
+
+
+def _on_worker_process_init(**_: Any) -> None:
+    # A prefork child: never reuse the parent's pooled connections across fork; open its own.
+    from engine import db
+    from engine.bootstrap import import_workflow_modules
+
+    import_workflow_modules()
+    if db._engine is not None:
+        db._engine.dispose(close=False)
+    db.configure()
+
+
+def _on_worker_shutting_down(**_: Any) -> None:
+    # Warm shutdown: resumable steps running in this process stop at their next checkpoint
+    # (outcome continued, successor scheduled) instead of holding the shutdown up. Ordinary
+    # steps run to the end; the message is acknowledged only afterwards (acks_late).
+    from engine.executor import request_shutdown
+
+    log.info("worker shutting down: asking resumable steps to stop at their next checkpoint")
+    request_shutdown()
+
+
+worker_init.connect(_on_worker_init, weak=False)
+worker_process_init.connect(_on_worker_process_init, weak=False)
+worker_shutting_down.connect(_on_worker_shutting_down, weak=False)
+
+
+# --- Flask integration ------------------------------------------------------------------------
+
+
+def celery_init_app(flask_app: Any, celery: Celery | None = None) -> Celery:
+    """Attach the Celery app to a Flask app (the Flask "Celery app factory" pattern).
+
+    Reads ``BROKER_URL`` (``GENEVA_BROKER_URL`` through ``from_prefixed_env("GENEVA")``) from the
+    Flask config when present, runs tasks inside the Flask app context, and stores the app as
+    ``flask_app.extensions["celery"]``. Duck-typed on purpose: the engine never imports Flask.
+    """
+    target = celery or app
+    configured = flask_app.config.get("BROKER_URL")
+    if configured:
+        target.conf.broker_url = configured
+
+    class FlaskTask(Task):  # type: ignore[misc]
+        def __call__(self, *args: Any, **kwargs: Any) -> Any:
+            with flask_app.app_context():
+                return self.run(*args, **kwargs)
+
+    target.Task = FlaskTask
+    flask_app.extensions["celery"] = target
+    return target
+
+
+# --- the transport ------------------------------------------------------------------------------
 
 
 class CeleryTransport:
@@ -80,7 +209,10 @@ class CeleryTransport:
             options["priority"] = message.priority
         if message.countdown:
             options["countdown"] = message.countdown
+        if message.eta is not None:
+            options["eta"] = message.eta
         self.celery.send_task(PERFORM_STEP_TASK, args=[message.execution_id], **options)
 
 
+#: The app ``celery -A engine.celery`` finds.
 app = make_celery()

@@ -1,0 +1,377 @@
+"""Housekeeping: cleanup of old workflows, recovery of stuck executions, gauges (reference
+signals-policies-housekeeping §4).
+
+One :func:`run` does, in the gem's order:
+
+1. **Cleanup** of finished/canceled workflows whose ``transitioned_at`` is older than
+   ``settings.delete_completed_workflows_after`` (None disables it): their step executions,
+   then their signals, then the workflows, each in batches of ``housekeeping_batch_size`` rows
+   per short transaction. Ongoing workflows are never deleted, whatever their age.
+2. **Stuck in_progress** recovery: ``started_at`` older than ``stuck_in_progress_threshold``
+   (a worker died mid-step), oldest first, in the order of the partial ``started_at`` index.
+3. **Stuck scheduled** recovery: ``scheduled_for`` older than ``stuck_scheduled_threshold``
+   (a message that never arrived and was not resent), in ``(state, scheduled_for)`` order.
+   ``waiting`` executions are never touched: waiting for a signal for months is legitimate.
+4. **Gauges** through :mod:`engine.metrics_facade`.
+
+Recovery locks the workflow, then the execution (both re-read) and does nothing unless the
+execution is still scheduled or in_progress. ``stuck_recovery_action``:
+
+* ``"reattempt"`` — the execution becomes completed/recovered and the step runs again: a
+  resumable step gets a successor that continues from the persisted cursor (no restart), any
+  other step a new scheduled execution.
+* ``"cancel"`` — the execution becomes canceled/recovered and the workflow canceled.
+
+Two deliberate refinements over the gem, both about workflows an operator already moved: the
+stuck-scheduled sweep leaves *paused* workflows alone (``pause()`` keeps the scheduled
+execution on purpose, for ``resume()`` to send), and an execution of a finished/canceled
+workflow is only closed (canceled/recovered), never rescheduled. A stuck in_progress
+execution of a paused workflow is closed without scheduling another one; ``resume()`` then
+retries the step.
+
+Every row is recovered in its own transaction. A row whose recovery raises is logged,
+reported through :func:`engine.instrumentation.report_error`, left as it was, and excluded
+for the rest of the run, so a poisoned row can never make the sweep loop forever.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import datetime
+
+from sqlalchemy import Select, Table, delete, func, select
+from sqlalchemy.orm import Session
+
+from engine import db, metrics_facade, scheduling
+from engine.config import settings
+from engine.executor import transition_step
+from engine.instrumentation import ContextAdapter, housekeeping_performed, report_error
+from engine.models import Signal, StepExecution, utcnow
+from engine.states import (
+    TERMINAL_WORKFLOW_STATES,
+    Outcome,
+    StepState,
+    WorkflowState,
+    is_terminal,
+)
+from engine.workflow import Workflow
+
+log = logging.getLogger(__name__)
+
+_workflows: Table = Workflow.__table__  # type: ignore[assignment]
+_executions: Table = StepExecution.__table__  # type: ignore[assignment]
+_signals: Table = Signal.__table__  # type: ignore[assignment]
+
+
+@dataclass
+class HousekeepingReport:
+    """What one run did; the keys are the gem's result keys."""
+
+    workflows_cleaned_up: int = 0
+    step_executions_cleaned_up: int = 0
+    signals_cleaned_up: int = 0
+    stuck_in_progress_recovered: int = 0
+    stuck_scheduled_recovered: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def __getitem__(self, key: str) -> int:
+        """``report["workflows_cleaned_up"]``, like the gem's result hash."""
+        return self.as_dict()[key]
+
+
+def run(now: datetime | None = None) -> HousekeepingReport:
+    """One housekeeping pass; see the module docstring. Returns the counts."""
+    moment = now or utcnow()
+    report = HousekeepingReport()
+    _guarded("cleanup", lambda: cleanup(moment, report))
+
+    def in_progress() -> None:
+        report.stuck_in_progress_recovered = recover_stuck(StepState.IN_PROGRESS, moment)
+
+    def scheduled() -> None:
+        report.stuck_scheduled_recovered = recover_stuck(StepState.SCHEDULED, moment)
+
+    _guarded("stuck in_progress recovery", in_progress)
+    _guarded("stuck scheduled recovery", scheduled)
+    _guarded("gauges", lambda: report_gauges(moment))
+    log.info("Completed: %s", report.as_dict())
+    if housekeeping_performed.receivers:
+        housekeeping_performed.send("engine", report=report)
+    return report
+
+
+def _guarded(phase: str, fn: Callable[[], None]) -> None:
+    # One broken phase (a lock timeout while deleting, say) must not stop recovery or gauges.
+    try:
+        fn()
+    except Exception as error:
+        log.exception("housekeeping %s failed", phase)
+        report_error(error, {"component": "housekeeping", "phase": phase})
+
+
+# --- 1. cleanup --------------------------------------------------------------------------------
+
+
+def cleanup(now: datetime, report: HousekeepingReport) -> None:
+    """Delete old finished/canceled workflows with their executions and signals, in batches."""
+    threshold = settings.delete_completed_workflows_after
+    if threshold is None:
+        log.info("cleanup disabled (delete_completed_workflows_after is None)")
+        return
+    cutoff = now - threshold
+    old = (_workflows.c.state.in_([str(s) for s in TERMINAL_WORKFLOW_STATES])) & (
+        _workflows.c.transitioned_at < cutoff
+    )
+    batch = settings.housekeeping_batch_size
+    # Children first, so each workflow delete is small whatever the foreign keys cascade.
+    report.step_executions_cleaned_up += _delete_in_batches(
+        _executions,
+        select(_executions.c.id)
+        .join(_workflows, _workflows.c.id == _executions.c.workflow_id)
+        .where(old),
+        batch,
+    )
+    report.signals_cleaned_up += _delete_in_batches(
+        _signals,
+        select(_signals.c.id)
+        .join(_workflows, _workflows.c.id == _signals.c.workflow_id)
+        .where(old),
+        batch,
+    )
+    report.workflows_cleaned_up += _delete_in_batches(
+        _workflows, select(_workflows.c.id).where(old), batch
+    )
+
+
+def _delete_in_batches(table: Table, ids: Select[int], batch: int) -> int:
+    total = 0
+    while True:
+        session = db.new_session()
+        try:
+            db.begin_write(session)
+            query = ids.limit(batch)
+            if not db.is_sqlite(session):
+                # Two housekeepers never wait on each other's rows.
+                query = query.with_for_update(skip_locked=True, of=table)
+            found = list(session.scalars(query))
+            if found:
+                session.execute(delete(table).where(table.c.id.in_(found)))
+            session.commit()
+        except BaseException:
+            session.rollback()
+            raise
+        finally:
+            session.close()
+        total += len(found)
+        if len(found) < batch:
+            return total
+
+
+# --- 2./3. stuck recovery ----------------------------------------------------------------------
+
+
+def recover_stuck(state: str, now: datetime) -> int:
+    """Recover every stuck execution in ``state`` (in_progress or scheduled); return the count."""
+    excluded: set[int] = set()
+    recovered = 0
+    while True:
+        ids = _stuck_ids(state, now, excluded)
+        if not ids:
+            return recovered
+        for execution_id in ids:
+            try:
+                done = recover_execution(execution_id, now)
+            except Exception as error:
+                excluded.add(execution_id)
+                log.error("Failed to recover step execution %s: %s", execution_id, error)
+                report_error(
+                    error, {"component": "housekeeping", "step_execution_id": execution_id}
+                )
+                continue
+            if done:
+                recovered += 1
+            else:
+                # Skipped (locked elsewhere, or already moved on): look again next run.
+                excluded.add(execution_id)
+
+
+def _stuck_ids(state: str, now: datetime, excluded: set[int]) -> list[int]:
+    batch = settings.housekeeping_batch_size
+    if state == StepState.IN_PROGRESS:
+        column = StepExecution.started_at
+        cutoff = now - settings.stuck_in_progress_threshold
+    else:
+        column = StepExecution.scheduled_for
+        cutoff = now - settings.stuck_scheduled_threshold
+    query = select(StepExecution.id).where(StepExecution.state == state, column < cutoff)
+    if state == StepState.SCHEDULED:
+        query = query.join(Workflow, Workflow.id == StepExecution.workflow_id).where(
+            Workflow.state != WorkflowState.PAUSED
+        )
+    if excluded:
+        query = query.where(StepExecution.id.not_in(sorted(excluded)))
+    # Ordered by the filtered column, so the planner walks its index (the gem's 0.6 fix).
+    query = query.order_by(column, StepExecution.id).limit(batch)
+    with db.new_session() as session:
+        return list(session.scalars(query))
+
+
+def recover_execution(execution_id: int, now: datetime | None = None) -> bool:
+    """Recover one stuck execution per ``settings.stuck_recovery_action``.
+
+    Returns False when there was nothing to do (the row moved on, or another process holds the
+    workflow lock). Raises what the recovery raises, after rolling back.
+    """
+    moment = now or utcnow()
+    session = db.new_session()
+    try:
+        locked = _lock(session, execution_id)
+        if locked is None:
+            session.rollback()
+            return False
+        workflow, execution = locked
+        if execution.state not in (StepState.SCHEDULED, StepState.IN_PROGRESS):
+            session.rollback()
+            return False
+        context = ContextAdapter(
+            log,
+            {
+                "workflow": type(workflow).__name__,
+                "workflow_id": workflow.id,
+                "execution_id": execution.id,
+                "step": execution.step_name,
+            },
+        )
+        was = execution.state
+        _recover(session, workflow, execution, moment)
+        session.commit()
+        context.warning(
+            "recovered stuck %s execution (%s): execution now %s/%s, workflow %s",
+            was,
+            settings.stuck_recovery_action,
+            execution.state,
+            execution.outcome,
+            workflow.state,
+        )
+        return True
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+def _lock(session: Session, execution_id: int) -> tuple[Workflow, StepExecution] | None:
+    db.begin_write(session)
+    workflow_id = session.scalar(
+        select(StepExecution.workflow_id).where(StepExecution.id == execution_id)
+    )
+    if workflow_id is None:
+        return None
+    postgres = not db.is_sqlite(session)
+    wf_query = (
+        select(Workflow).where(Workflow.id == workflow_id).execution_options(populate_existing=True)
+    )
+    if postgres:
+        # A workflow locked right now is being worked on (an executor's finalize, an operator):
+        # skip it this run instead of queueing behind it.
+        wf_query = wf_query.with_for_update(skip_locked=True)
+    workflow = session.scalars(wf_query).first()
+    if workflow is None:
+        return None
+    ex_query = (
+        select(StepExecution)
+        .where(StepExecution.id == execution_id)
+        .execution_options(populate_existing=True)
+    )
+    if postgres:
+        ex_query = ex_query.with_for_update()
+    return workflow, session.scalars(ex_query).one()
+
+
+def _recover(session: Session, workflow: Workflow, execution: StepExecution, now: datetime) -> None:
+    if is_terminal(workflow.state):
+        # Nothing may run for a finished/canceled workflow; only close the orphan.
+        transition_step(execution, StepState.CANCELED, Outcome.RECOVERED)
+        return
+    if settings.stuck_recovery_action == "cancel":
+        transition_step(execution, StepState.CANCELED, Outcome.RECOVERED)
+        workflow.state = WorkflowState.CANCELED
+        workflow.transitioned_at = now
+        workflow.current_step_name = None
+        return
+    if settings.stuck_recovery_action != "reattempt":
+        raise ValueError(f"Unknown stuck_recovery_action: {settings.stuck_recovery_action}")
+    transition_step(execution, StepState.COMPLETED, Outcome.RECOVERED)
+    if workflow.state == WorkflowState.PAUSED:
+        # Paused while its worker died: resume() decides when the step runs again.
+        workflow.current_step_name = None
+        return
+    workflow.state = WorkflowState.READY
+    step_def = workflow.steps.named(execution.step_name)
+    session.flush()
+    if step_def is not None and step_def.resumable:
+        scheduling.create_successor_execution(session, workflow, execution)
+    else:
+        scheduling.reschedule_current_step(session, workflow, current=execution.step_name)
+    workflow.current_step_name = None
+
+
+# --- 4. gauges -----------------------------------------------------------------------------
+
+
+def report_gauges(now: datetime) -> None:
+    """Emit the gem's gauges (reference §4.5) through :func:`metrics_facade.set_gauge`."""
+    with db.new_session() as session:
+        rows = session.execute(
+            select(_workflows.c.state, _workflows.c.type, func.count()).group_by(
+                _workflows.c.state, _workflows.c.type
+            )
+        ).all()
+        waiting = _waiting_counts(session, None)
+        threshold = settings.waiting_visibility_threshold
+        overdue = _waiting_counts(session, now - threshold) if threshold is not None else None
+
+    by_state: dict[str, int] = {}
+    per_class: dict[str, int] = {}
+    paused: dict[str, int] = {}
+    for state, workflow_type, count in rows:
+        by_state[state] = by_state.get(state, 0) + count
+        per_class[workflow_type] = per_class.get(workflow_type, 0) + count
+        if state == WorkflowState.PAUSED:
+            paused[workflow_type] = paused.get(workflow_type, 0) + count
+        metrics_facade.set_gauge(f"geneva_drive.{state}", count, {"workflow": workflow_type})
+    for state, count in by_state.items():
+        metrics_facade.set_gauge(f"geneva_drive.{state}", count)
+    for workflow_type, total in per_class.items():
+        ratio = paused.get(workflow_type, 0) / total if total else 0.0
+        metrics_facade.set_gauge("geneva_drive.paused_ratio", ratio, {"workflow": workflow_type})
+
+    metrics_facade.set_gauge("geneva_drive.waiting_step_executions", sum(waiting.values()))
+    for workflow_type, count in waiting.items():
+        metrics_facade.set_gauge(
+            "geneva_drive.waiting_step_executions", count, {"workflow": workflow_type}
+        )
+    if overdue is not None:
+        metrics_facade.set_gauge("geneva_drive.waiting_overdue", sum(overdue.values()))
+        for workflow_type, count in overdue.items():
+            metrics_facade.set_gauge(
+                "geneva_drive.waiting_overdue", count, {"workflow": workflow_type}
+            )
+
+
+def _waiting_counts(session: Session, since_before: datetime | None) -> dict[str, int]:
+    query = (
+        select(_workflows.c.type, func.count())
+        .select_from(_executions)
+        .join(_workflows, _workflows.c.id == _executions.c.workflow_id)
+        .where(_executions.c.state == StepState.WAITING)
+        .group_by(_workflows.c.type)
+    )
+    if since_before is not None:
+        query = query.where(_executions.c.waiting_since < since_before)
+    return {workflow_type: int(count) for workflow_type, count in session.execute(query)}

@@ -1,0 +1,165 @@
+"""The dispatcher sends due, unsent executions of ready workflows, once per resend interval,
+after its own commit; executions due later than the horizon wait for it (SPEC §1.2)."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+from sqlalchemy import select
+
+from engine import Workflow, settings, step
+from engine.dispatch import dispatch_due, run_dispatcher
+from engine.models import StepExecution, utcnow
+from tests.conftest import Order
+
+
+class DispatchLaterWorkflow(Workflow):
+    """First step two days out: beyond any horizon, so nothing is sent at commit."""
+
+    @step(wait=timedelta(days=2))
+    def remind(self):
+        pass
+
+
+class DispatchNowWorkflow(Workflow):
+    @step
+    def greet(self):
+        pass
+
+
+def _create(session, cls):
+    order = Order()
+    session.add(order)
+    session.flush()
+    wf = cls.create(hero=order)
+    session.commit()
+    return wf
+
+
+def _execution(session, wf):
+    session.expire_all()
+    return session.scalars(select(StepExecution).where(StepExecution.workflow_id == wf.id)).one()
+
+
+def test_execution_beyond_horizon_is_not_sent_at_commit_nor_before_due(
+    geneva_session, geneva_transport
+):
+    wf = _create(geneva_session, DispatchLaterWorkflow)
+    assert geneva_transport.execution_ids == []
+    assert dispatch_due() == 0
+    assert dispatch_due(utcnow() + timedelta(days=2) - timedelta(minutes=1)) == 0
+    assert geneva_transport.execution_ids == []
+    assert _execution(geneva_session, wf).sent_at is None
+
+
+def test_due_execution_is_sent_marked_and_given_a_job_id(geneva_session, geneva_transport):
+    wf = _create(geneva_session, DispatchLaterWorkflow)
+    execution = _execution(geneva_session, wf)
+    execution.scheduled_for = utcnow() - timedelta(seconds=1)  # the two days have passed
+    geneva_session.commit()
+    now = utcnow()
+    assert dispatch_due(now) == 1
+    execution = _execution(geneva_session, wf)
+    assert geneva_transport.execution_ids == [execution.id]
+    assert execution.sent_at == now
+    assert execution.job_id == geneva_transport.messages[0].job_id
+    # Due work goes out at once: no countdown, no ETA held by a worker.
+    assert geneva_transport.messages[0].countdown is None
+    assert geneva_transport.messages[0].eta is None
+
+
+def test_sent_execution_is_resent_only_after_resend_interval(geneva_session, geneva_transport):
+    settings.dispatch_resend_after = timedelta(minutes=2)
+    _create(geneva_session, DispatchLaterWorkflow)
+    due = utcnow() + timedelta(days=2, seconds=1)
+    assert dispatch_due(due) == 1
+    assert dispatch_due(due + timedelta(minutes=1)) == 0
+    assert dispatch_due(due + timedelta(minutes=2, seconds=1)) == 1
+    assert len(geneva_transport.messages) == 2
+    first, second = geneva_transport.messages
+    assert first.execution_id == second.execution_id
+    assert first.job_id != second.job_id
+
+
+def test_execution_sent_at_commit_is_not_sent_again_by_the_next_sweep(
+    geneva_session, geneva_transport
+):
+    _create(geneva_session, DispatchNowWorkflow)
+    assert len(geneva_transport.messages) == 1
+    assert dispatch_due() == 0
+    assert len(geneva_transport.messages) == 1
+
+
+def test_lost_message_is_resent_as_a_backstop(geneva_session, geneva_transport):
+    wf = _create(geneva_session, DispatchNowWorkflow)
+    geneva_transport.clear()  # the broker lost it
+    assert dispatch_due(utcnow() + settings.dispatch_resend_after + timedelta(seconds=1)) == 1
+    assert geneva_transport.execution_ids == [_execution(geneva_session, wf).id]
+
+
+def test_paused_workflow_is_not_dispatched(geneva_session, geneva_transport):
+    wf = _create(geneva_session, DispatchLaterWorkflow)
+    wf.pause()
+    geneva_session.commit()
+    assert dispatch_due(utcnow() + timedelta(days=3)) == 0
+    assert geneva_transport.execution_ids == []
+
+
+def test_sweep_covers_more_rows_than_one_batch(geneva_session, geneva_transport):
+    workflows = [_create(geneva_session, DispatchLaterWorkflow) for _ in range(7)]
+    assert dispatch_due(utcnow() + timedelta(days=3), batch_size=3) == 7
+    expected = {_execution(geneva_session, wf).id for wf in workflows}
+    assert set(geneva_transport.execution_ids) == expected
+    assert len(geneva_transport.execution_ids) == 7
+
+
+def test_oldest_due_execution_is_sent_first(geneva_session, geneva_transport):
+    first = _create(geneva_session, DispatchLaterWorkflow)
+    second = _create(geneva_session, DispatchLaterWorkflow)
+    ex_second = _execution(geneva_session, second)
+    ex_second.scheduled_for = ex_second.scheduled_for - timedelta(hours=1)
+    geneva_session.commit()
+    assert dispatch_due(utcnow() + timedelta(days=3), batch_size=1) == 2
+    assert geneva_transport.execution_ids == [ex_second.id, _execution(geneva_session, first).id]
+
+
+def test_nothing_is_sent_when_the_sweep_rolls_back(geneva_session, geneva_transport, monkeypatch):
+    _create(geneva_session, DispatchLaterWorkflow)
+    from sqlalchemy.orm import Session
+
+    def broken_commit(self):
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(Session, "commit", broken_commit)
+    try:
+        dispatch_due(utcnow() + timedelta(days=3))
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("the sweep should have raised")
+    monkeypatch.undo()
+    assert geneva_transport.execution_ids == []
+
+
+def test_run_dispatcher_sweeps_until_stopped(geneva_session, geneva_transport):
+    wf = _create(geneva_session, DispatchNowWorkflow)
+    geneva_transport.clear()
+    execution = _execution(geneva_session, wf)
+    execution.sent_at = None  # as if the send had failed before it was recorded
+    geneva_session.commit()
+    stop = threading.Event()
+    thread = threading.Thread(
+        target=run_dispatcher, args=(stop,), kwargs={"interval": 0.01, "housekeeping": False}
+    )
+    thread.start()
+    try:
+        for _ in range(500):
+            if geneva_transport.execution_ids:
+                break
+            threading.Event().wait(0.01)
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert not thread.is_alive()
+    assert geneva_transport.execution_ids == [execution.id]
