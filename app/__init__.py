@@ -32,6 +32,10 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         # The engine's own session factory uses the same database as Flask-SQLAlchemy.
         engine.db.configure(engine=db.engine)
 
+    from app import metrics
+
+    metrics.init_app(app)  # GET /metrics (Prometheus); also installs the event metrics
+
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
         db.session.execute(db.text("SELECT 1"))

@@ -266,6 +266,7 @@ class Executor:
             "execution_id": execution.id,
             "workflow_id": workflow.id,
             "workflow_class": type(workflow).__name__,
+            "workflow_type": workflow.type,
             "step_name": execution.step_name,
         }
         if self.step_def is not None and self.step_def.resumable:
@@ -476,6 +477,10 @@ class Executor:
         self, workflow: Workflow, execution: StepExecution, step_def: StepDefinition
     ) -> Result:
         with instrument("step", self._payload(workflow, execution)) as payload:
+            if execution.started_at is not None:
+                # Queue and dispatch lag (geneva_drive_step_start_delay_seconds).
+                delay = execution.started_at - execution.scheduled_for
+                payload["start_delay"] = delay.total_seconds()
             result: Result
             try:
                 if not step_def.resumable:

@@ -1,0 +1,392 @@
+"""Read-only aggregate queries: what /metrics, the overview page and the gem's gauges show.
+
+One :func:`collect` runs four grouped queries (never more) and returns a
+:class:`MetricsSnapshot`; :func:`get_snapshot` is the same behind a short cache (5 s by
+default, single-flight), so a scrape storm or a busy overview page costs the database four
+queries per cache period, not four per request.
+
+Each query reads one index range only, so its cost follows the number of interesting rows,
+not the size of the history:
+
+=====================================  =================================================
+query                                  index
+=====================================  =================================================
+workflows by (type, state)             ``index_geneva_drive_workflows_on_type``
+                                       (type, state, id): an index-only scan
+waiting executions (+ overdue)         ``index_geneva_drive_step_executions_scheduled``
+                                       (state, scheduled_for): the ``waiting`` range
+overdue scheduled executions           same index: ``scheduled`` and ``scheduled_for < now``
+stuck in-progress executions           partial index on ``started_at`` where in_progress
+=====================================  =================================================
+
+The three execution queries join each matching row to its workflow by primary key for the
+workflow's ``type``.
+
+Definitions (the numbers the alerts in ``docs/prometheus-rules.yml`` fire on):
+
+* **waiting** — step executions parked at the signal gate (state ``waiting``), whatever the
+  workflow's state, as the gem counts them.
+* **waiting overdue** — waiting executions with ``waiting_since`` older than
+  ``settings.waiting_visibility_threshold``; not computed when the threshold is ``None``.
+* **overdue** — executions still ``scheduled`` whose ``scheduled_for`` has passed, of workflows
+  the executor would run (``ready`` or ``performing``). A paused workflow keeps its scheduled
+  execution on purpose; it is counted by ``paused_ratio``, not here, so that pausing never
+  pages anyone.
+* **stuck in progress** — executions ``in_progress`` that started longer ago than
+  ``settings.stuck_in_progress_threshold`` (exactly what housekeeping will recover).
+* **paused ratio** — paused / all workflows of a class, finished and canceled included
+  (the gem's denominator).
+
+This module only reads. It never imports Flask.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Engine, case, func, select
+from sqlalchemy.orm import Session
+
+from engine import db
+from engine.config import settings
+from engine.models import StepExecution, utcnow
+from engine.states import RUNNABLE_WORKFLOW_STATES, StepState, WorkflowState
+
+#: How long a snapshot is served from the cache (Prometheus scrapes every 15 to 60 s).
+CACHE_SECONDS = 5.0
+
+#: Every workflow state, in display order; each class gets all of them (zeros included).
+WORKFLOW_STATES: tuple[str, ...] = tuple(s.value for s in WorkflowState)
+
+
+@dataclass(frozen=True)
+class ClassMetrics:
+    """The numbers of one workflow class (its stored ``type``)."""
+
+    workflow: str
+    #: Workflow count per state; every state of :data:`WORKFLOW_STATES` is present.
+    states: Mapping[str, int]
+    waiting: int = 0
+    #: ``None`` when ``waiting_visibility_threshold`` is disabled.
+    waiting_overdue: int | None = 0
+    overdue: int = 0
+    stuck_in_progress: int = 0
+    #: ``scheduled_for`` of the oldest overdue execution of this class.
+    oldest_overdue_at: datetime | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(self.states.values())
+
+    @property
+    def paused_ratio(self) -> float:
+        total = self.total
+        return self.states.get(WorkflowState.PAUSED, 0) / total if total else 0.0
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Database-derived numbers at ``taken_at``, per workflow class (sorted by name)."""
+
+    taken_at: datetime
+    classes: tuple[ClassMetrics, ...]
+    waiting_visibility_threshold: timedelta | None
+    stuck_in_progress_threshold: timedelta
+    #: Wall time the queries took, in seconds.
+    query_seconds: float = 0.0
+    #: How many SQL statements :func:`collect` issued (4, or 3 when nothing needed joining).
+    query_count: int = 0
+    _by_class: dict[str, ClassMetrics] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._by_class.update({c.workflow: c for c in self.classes})
+
+    def for_class(self, workflow: str) -> ClassMetrics:
+        """The numbers of one class; all zeros for a class with no workflows."""
+        found = self._by_class.get(workflow)
+        if found is not None:
+            return found
+        return ClassMetrics(
+            workflow=workflow,
+            states=dict.fromkeys(WORKFLOW_STATES, 0),
+            waiting_overdue=None if self.waiting_visibility_threshold is None else 0,
+        )
+
+    @property
+    def state_totals(self) -> dict[str, int]:
+        """Workflow count per state across all classes (every state present)."""
+        return {s: sum(c.states[s] for c in self.classes) for s in WORKFLOW_STATES}
+
+    @property
+    def total_workflows(self) -> int:
+        return sum(c.total for c in self.classes)
+
+    @property
+    def waiting(self) -> int:
+        return sum(c.waiting for c in self.classes)
+
+    @property
+    def waiting_overdue(self) -> int | None:
+        if self.waiting_visibility_threshold is None:
+            return None
+        return sum(c.waiting_overdue or 0 for c in self.classes)
+
+    @property
+    def overdue(self) -> int:
+        return sum(c.overdue for c in self.classes)
+
+    @property
+    def stuck_in_progress(self) -> int:
+        return sum(c.stuck_in_progress for c in self.classes)
+
+    @property
+    def oldest_overdue_at(self) -> datetime | None:
+        found = [c.oldest_overdue_at for c in self.classes if c.oldest_overdue_at is not None]
+        return min(found) if found else None
+
+    @property
+    def oldest_overdue_seconds(self) -> float:
+        """How late the most overdue scheduled execution is at ``taken_at``; 0 when none is."""
+        oldest = self.oldest_overdue_at
+        if oldest is None:
+            return 0.0
+        return max(0.0, (self.taken_at - oldest).total_seconds())
+
+
+def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
+    """Run the grouped queries now (no cache). Reads only; leaves the transaction to the caller."""
+    now = now or utcnow()
+    waiting_threshold = settings.waiting_visibility_threshold
+    stuck_threshold = settings.stuck_in_progress_threshold
+    started = time.perf_counter()
+    states: dict[str, dict[str, int]] = {}
+    for workflow_type, state, count in session.execute(_workflow_counts()):
+        states.setdefault(workflow_type, dict.fromkeys(WORKFLOW_STATES, 0))[state] = count
+    queries = 1
+    per_class: dict[str, dict[str, Any]] = {t: {} for t in states}
+    if states:
+        # No workflows means no executions: skip the rest (a fresh install scrapes in 1 query).
+        waiting_cutoff = now - waiting_threshold if waiting_threshold is not None else None
+        for workflow_type, waiting, overdue in session.execute(_waiting(waiting_cutoff)):
+            per_class.setdefault(workflow_type, {}).update(
+                waiting=waiting, waiting_overdue=int(overdue or 0)
+            )
+        for workflow_type, overdue, oldest in session.execute(_overdue(now)):
+            per_class.setdefault(workflow_type, {}).update(
+                overdue=overdue, oldest_overdue_at=oldest
+            )
+        for workflow_type, stuck in session.execute(_stuck(now - stuck_threshold)):
+            per_class.setdefault(workflow_type, {})["stuck_in_progress"] = stuck
+        queries += 3
+    classes = tuple(
+        ClassMetrics(
+            workflow=workflow_type,
+            states=states.get(workflow_type) or dict.fromkeys(WORKFLOW_STATES, 0),
+            waiting=values.get("waiting", 0),
+            waiting_overdue=(
+                None if waiting_threshold is None else values.get("waiting_overdue", 0)
+            ),
+            overdue=values.get("overdue", 0),
+            stuck_in_progress=values.get("stuck_in_progress", 0),
+            oldest_overdue_at=values.get("oldest_overdue_at"),
+        )
+        for workflow_type, values in sorted(per_class.items())
+    )
+    return MetricsSnapshot(
+        taken_at=now,
+        classes=classes,
+        waiting_visibility_threshold=waiting_threshold,
+        stuck_in_progress_threshold=stuck_threshold,
+        query_seconds=time.perf_counter() - started,
+        query_count=queries,
+    )
+
+
+# --- the queries -----------------------------------------------------------------------------
+
+_se = StepExecution.__table__
+
+
+def _workflows_table() -> Any:
+    from engine.workflow import Workflow
+
+    return Workflow.__table__
+
+
+def _workflow_counts() -> Any:
+    w = _workflows_table()
+    return select(w.c.type, w.c.state, func.count()).group_by(w.c.type, w.c.state)
+
+
+def _joined() -> Any:
+    w = _workflows_table()
+    return _se.join(w, w.c.id == _se.c.workflow_id), w
+
+
+def _waiting(overdue_cutoff: datetime | None) -> Any:
+    joined, w = _joined()
+    overdue: Any = (
+        func.sum(case((_se.c.waiting_since < overdue_cutoff, 1), else_=0))
+        if overdue_cutoff is not None
+        else func.sum(0)
+    )
+    return (
+        select(w.c.type, func.count(), overdue)
+        .select_from(joined)
+        .where(_se.c.state == StepState.WAITING)
+        .group_by(w.c.type)
+    )
+
+
+def _overdue(now: datetime) -> Any:
+    joined, w = _joined()
+    return (
+        select(w.c.type, func.count(), func.min(_se.c.scheduled_for))
+        .select_from(joined)
+        .where(
+            _se.c.state == StepState.SCHEDULED,
+            _se.c.scheduled_for < now,
+            w.c.state.in_(sorted(RUNNABLE_WORKFLOW_STATES)),
+        )
+        .group_by(w.c.type)
+    )
+
+
+def _stuck(started_before: datetime) -> Any:
+    joined, w = _joined()
+    return (
+        select(w.c.type, func.count())
+        .select_from(joined)
+        .where(_se.c.state == StepState.IN_PROGRESS, _se.c.started_at < started_before)
+        .group_by(w.c.type)
+    )
+
+
+# --- the cache -------------------------------------------------------------------------------
+
+
+class SnapshotCache:
+    """Serves a snapshot younger than ``max_age`` seconds; one thread refreshes at a time.
+
+    Concurrent callers that find the cache stale wait for the one refresh in flight instead of
+    each running the queries (a scrape storm costs one set of queries). Snapshots are kept per
+    database engine and per threshold settings, so changing a threshold shows at once.
+    """
+
+    def __init__(
+        self, max_age: float = CACHE_SECONDS, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.max_age = max_age
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: dict[tuple[Any, ...], tuple[float, MetricsSnapshot]] = {}
+
+    def get(
+        self,
+        session: Session | None = None,
+        *,
+        max_age: float | None = None,
+        bind: Engine | None = None,
+    ) -> MetricsSnapshot:
+        age_limit = self.max_age if max_age is None else max_age
+        engine = bind or (session.get_bind() if session is not None else db.get_engine())
+        key = (
+            id(engine),
+            settings.waiting_visibility_threshold,
+            settings.stuck_in_progress_threshold,
+        )
+        fresh = self._fresh(key, age_limit)
+        if fresh is not None:
+            return fresh
+        with self._lock:
+            fresh = self._fresh(key, age_limit)  # another thread may have refreshed meanwhile
+            if fresh is not None:
+                return fresh
+            snapshot = self._query(session, engine)
+            self._entries = {key: (self._clock(), snapshot)}
+            return snapshot
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries = {}
+
+    def _fresh(self, key: tuple[Any, ...], age_limit: float) -> MetricsSnapshot | None:
+        entry = self._entries.get(key)
+        if entry is not None and age_limit > 0 and self._clock() - entry[0] < age_limit:
+            return entry[1]
+        return None
+
+    @staticmethod
+    def _query(session: Session | None, engine: Any) -> MetricsSnapshot:
+        if session is not None:
+            return collect(session)
+        with Session(engine) as own:
+            try:
+                return collect(own)
+            finally:
+                own.rollback()
+
+
+_cache = SnapshotCache()
+
+
+def get_snapshot(
+    session: Session | None = None, *, max_age: float | None = None
+) -> MetricsSnapshot:
+    """The numbers of the overview page and of ``/metrics``, at most ``max_age`` s old.
+
+    With ``session`` the queries (when due) run in it, e.g. Flask-SQLAlchemy's ``db.session``;
+    without one they run in a short session of their own on the engine's database.
+    ``max_age=0`` bypasses the cache.
+    """
+    return _cache.get(session, max_age=max_age)
+
+
+def clear_cache() -> None:
+    _cache.clear()
+
+
+# --- the gem's gauges ------------------------------------------------------------------------
+
+GaugeSetter = Callable[[str, float, Mapping[str, str]], None]
+
+
+def report_gauges(snapshot: MetricsSnapshot, set_gauge: GaugeSetter | None = None) -> None:
+    """Emit the gem's housekeeping gauges (reference signals §4.5) through the metrics facade.
+
+    ``geneva_drive.<state>`` (total, and per ``workflow`` for the classes that have any in that
+    state), ``geneva_drive.paused_ratio`` per class, ``geneva_drive.waiting_step_executions``
+    (total and per class with waiters) and, unless the visibility threshold is disabled,
+    ``geneva_drive.waiting_overdue`` (total and per class with overdue waiters).
+    """
+    if set_gauge is None:
+        from engine import metrics_facade
+
+        set_gauge = metrics_facade.set_gauge
+    for state, total in snapshot.state_totals.items():
+        if total:
+            set_gauge(f"geneva_drive.{state}", total, {})
+    for cls in snapshot.classes:
+        for state, count in cls.states.items():
+            if count:
+                set_gauge(f"geneva_drive.{state}", count, {"workflow": cls.workflow})
+        if cls.total:
+            set_gauge("geneva_drive.paused_ratio", cls.paused_ratio, {"workflow": cls.workflow})
+    set_gauge("geneva_drive.waiting_step_executions", snapshot.waiting, {})
+    for cls in _having(snapshot.classes, "waiting"):
+        set_gauge("geneva_drive.waiting_step_executions", cls.waiting, {"workflow": cls.workflow})
+    if snapshot.waiting_overdue is not None:
+        set_gauge("geneva_drive.waiting_overdue", snapshot.waiting_overdue, {})
+        for cls in _having(snapshot.classes, "waiting_overdue"):
+            set_gauge(
+                "geneva_drive.waiting_overdue", cls.waiting_overdue or 0, {"workflow": cls.workflow}
+            )
+
+
+def _having(classes: Iterable[ClassMetrics], attribute: str) -> list[ClassMetrics]:
+    return [c for c in classes if getattr(c, attribute)]

@@ -1,0 +1,62 @@
+"""Fixtures of the metrics tests: seeded rows and a statement counter."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+
+import pytest
+from sqlalchemy import Engine, event
+from sqlalchemy.orm import Session
+
+from engine import metrics
+from engine.models import utcnow
+from tests.metrics.seed import seed
+
+
+class StatementCounter:
+    """Counts the SQL statements an engine runs (``before_cursor_execute``)."""
+
+    def __init__(self) -> None:
+        self.statements: list[str] = []
+
+    def __call__(self, conn, cursor, statement, parameters, context, executemany) -> None:  # type: ignore[no-untyped-def]
+        self.statements.append(statement)
+
+    @property
+    def count(self) -> int:
+        return len(self.statements)
+
+    def selects(self) -> list[str]:
+        return [s for s in self.statements if s.lstrip().upper().startswith("SELECT")]
+
+
+@pytest.fixture
+def seeded(geneva_session: Session) -> datetime:
+    now = utcnow()
+    seed(geneva_session, now)
+    return now
+
+
+@pytest.fixture(autouse=True)
+def _fresh_metrics_cache() -> Iterator[None]:
+    metrics.clear_cache()
+    yield
+    metrics.clear_cache()
+
+
+@pytest.fixture
+def count_statements():  # type: ignore[no-untyped-def]
+    """``with count_statements(engine) as counter: ...``"""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def _count(engine: Engine) -> Iterator[StatementCounter]:
+        counter = StatementCounter()
+        event.listen(engine, "before_cursor_execute", counter)
+        try:
+            yield counter
+        finally:
+            event.remove(engine, "before_cursor_execute", counter)
+
+    return _count

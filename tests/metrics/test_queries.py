@@ -1,0 +1,182 @@
+"""engine.metrics: the grouped queries, the snapshot, the cache and the gem's gauges."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from engine import metrics
+from engine.config import settings
+from engine.db import get_engine
+from tests.metrics.seed import EXPECTED, EXPECTED_STATES, OLDEST_OVERDUE
+
+
+def test_snapshot_matches_the_seeded_rows(geneva_session, seeded):
+    snapshot = metrics.collect(geneva_session, now=seeded)
+
+    assert [c.workflow for c in snapshot.classes] == sorted(EXPECTED)
+    for name, (ratio, waiting, waiting_overdue, overdue, stuck) in EXPECTED.items():
+        cls = snapshot.for_class(name)
+        assert dict(cls.states) == EXPECTED_STATES[name]
+        assert cls.paused_ratio == pytest.approx(ratio)
+        assert (cls.waiting, cls.waiting_overdue, cls.overdue, cls.stuck_in_progress) == (
+            waiting,
+            waiting_overdue,
+            overdue,
+            stuck,
+        ), name
+    assert snapshot.oldest_overdue_seconds == pytest.approx(OLDEST_OVERDUE.total_seconds())
+    assert snapshot.state_totals == {
+        "ready": 5,
+        "performing": 2,
+        "paused": 2,
+        "finished": 2,
+        "canceled": 1,
+    }
+    assert snapshot.total_workflows == 12
+    assert (snapshot.waiting, snapshot.waiting_overdue) == (2, 1)
+    assert (snapshot.overdue, snapshot.stuck_in_progress) == (2, 1)
+
+
+def test_four_grouped_queries_and_nothing_else(geneva_session, seeded, count_statements):
+    with count_statements(get_engine()) as counter:
+        snapshot = metrics.collect(geneva_session, now=seeded)
+    selects = counter.selects()
+    assert len(selects) == 4 == snapshot.query_count
+    assert all("GROUP BY" in s.upper() for s in selects)
+    assert counter.count == 4  # no writes, no lazy loads
+
+
+def test_an_empty_database_costs_one_query(geneva_session, count_statements):
+    with count_statements(get_engine()) as counter:
+        snapshot = metrics.collect(geneva_session)
+    assert counter.count == 1
+    assert snapshot.classes == ()
+    assert snapshot.oldest_overdue_seconds == 0.0
+    assert snapshot.for_class("Nope").total == 0
+
+
+def test_thresholds_come_from_the_settings(geneva_session, seeded):
+    settings.waiting_visibility_threshold = timedelta(minutes=30)  # both waiters are overdue
+    settings.stuck_in_progress_threshold = timedelta(minutes=1)  # both in_progress are stuck
+    snapshot = metrics.collect(geneva_session, now=seeded)
+    assert snapshot.for_class("MetricsBeta").waiting_overdue == 2
+    assert snapshot.for_class("MetricsBeta").stuck_in_progress == 1
+    assert snapshot.stuck_in_progress == 2
+
+
+def test_disabled_visibility_threshold_has_no_waiting_overdue(geneva_session, seeded):
+    settings.waiting_visibility_threshold = None
+    snapshot = metrics.collect(geneva_session, now=seeded)
+    assert snapshot.waiting_overdue is None
+    assert all(c.waiting_overdue is None for c in snapshot.classes)
+    assert snapshot.waiting == 2
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_cache_serves_a_second_read_without_queries(geneva_session, seeded, count_statements):
+    clock = FakeClock()
+    cache = metrics.SnapshotCache(max_age=5.0, clock=clock)
+    with count_statements(get_engine()) as counter:
+        first = cache.get()
+        after_first = counter.count
+        clock.now += 4.9
+        second = cache.get()
+        after_second = counter.count
+        clock.now += 0.2  # 5.1 s after the first read: stale
+        third = cache.get()
+    assert after_first == 4
+    assert after_second == 4, "a read within the TTL must not touch the database"
+    assert second is first
+    assert counter.count == 8
+    assert third is not first
+
+
+def test_cache_follows_threshold_changes(geneva_session, seeded):
+    cache = metrics.SnapshotCache(max_age=60.0)
+    assert cache.get().waiting_overdue == 1
+    settings.waiting_visibility_threshold = None
+    assert cache.get().waiting_overdue is None
+
+
+def test_get_snapshot_max_age_zero_bypasses_the_cache(geneva_session, seeded, count_statements):
+    metrics.get_snapshot()
+    with count_statements(get_engine()) as counter:
+        metrics.get_snapshot()
+        assert counter.count == 0
+        metrics.get_snapshot(max_age=0)
+        assert counter.count == 4
+
+
+def test_concurrent_readers_share_one_refresh(geneva_session, seeded, count_statements):
+    import threading
+
+    cache = metrics.SnapshotCache(max_age=60.0)
+    results = []
+    barrier = threading.Barrier(8)
+
+    def read() -> None:
+        barrier.wait()
+        results.append(cache.get())
+
+    with count_statements(get_engine()) as counter:
+        threads = [threading.Thread(target=read) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert len(results) == 8
+    assert len({id(r) for r in results}) == 1
+    assert counter.count == 4
+
+
+def test_report_gauges_emits_the_gems_gauges(geneva_session, seeded):
+    sent: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+
+    def sink(name, value, tags):  # type: ignore[no-untyped-def]
+        sent[(name, tuple(sorted(tags.items())))] = value
+
+    metrics.report_gauges(metrics.collect(geneva_session, now=seeded), sink)
+
+    def gauge(name: str, workflow: str | None = None) -> float | None:
+        return sent.get((name, (("workflow", workflow),) if workflow else ()))
+
+    assert gauge("geneva_drive.ready") == 5
+    assert gauge("geneva_drive.canceled") == 1
+    assert gauge("geneva_drive.ready", "MetricsAlpha") == 3
+    # Only present (class, state) pairs, as the gem does.
+    assert ("geneva_drive.canceled", (("workflow", "MetricsAlpha"),)) not in sent
+    assert gauge("geneva_drive.paused_ratio", "MetricsGamma") == 1.0
+    assert gauge("geneva_drive.paused_ratio", "MetricsBeta") == 0.0
+    assert gauge("geneva_drive.waiting_step_executions") == 2
+    assert gauge("geneva_drive.waiting_step_executions", "MetricsBeta") == 2
+    assert gauge("geneva_drive.waiting_step_executions", "MetricsAlpha") is None
+    assert gauge("geneva_drive.waiting_overdue") == 1
+    assert gauge("geneva_drive.waiting_overdue", "MetricsBeta") == 1
+
+
+def test_report_gauges_goes_through_the_facade(geneva_session, seeded):
+    from engine import metrics_facade
+
+    received = []
+
+    def sink(name, value, tags):  # type: ignore[no-untyped-def]
+        received.append((name, value, dict(tags)))
+
+    metrics_facade.add_sink(sink)
+    try:
+        settings.waiting_visibility_threshold = None
+        metrics.report_gauges(metrics.collect(geneva_session, now=seeded))
+    finally:
+        metrics_facade.remove_sink(sink)
+    names = {name for name, _, _ in received}
+    assert "geneva_drive.paused_ratio" in names
+    assert "geneva_drive.waiting_overdue" not in names  # threshold disabled: no gauge at all
