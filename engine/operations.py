@@ -144,11 +144,14 @@ def resume(workflow: Workflow) -> StepExecution | None:
 
 
 def _continuation_point(session: Any, workflow: Workflow) -> StepExecution | None:
-    """A resumable execution to continue from: a workflow_paused marker, or a failed one with a cursor."""
+    """A resumable execution to continue from: a workflow_paused marker, or a failed one with a
+    cursor, of the step the workflow is on. (The gem searches markers across all steps, so the
+    marker of a step an operator skipped would hijack a later resume; we do not.)"""
     marker = session.scalars(
         select(StepExecution)
         .where(
             StepExecution.workflow_id == workflow.id,
+            StepExecution.step_name == workflow.next_step_name,
             StepExecution.state == StepState.COMPLETED,
             StepExecution.outcome == Outcome.WORKFLOW_PAUSED,
         )

@@ -1095,3 +1095,47 @@ def test_iterable_step_is_exported():
     import engine
 
     assert engine.IterableStep is IterableStep
+
+
+def test_a_stale_pause_marker_of_a_skipped_step_does_not_hijack_a_later_resume(order):
+    """Deliberate deviation from the gem's quirk (reference §5.4 step 4): the marker search is
+    limited to the step the workflow is on, so a skipped step is not continued later."""
+    processed = []
+    fail_after = {"n": 1}
+    paused = {"done": False}
+
+    class StaleMarkerFlow(Workflow):
+        @resumable_step
+        def walk(self, it):
+            def work(item):
+                if item == 2 and not paused["done"]:
+                    paused["done"] = True
+                    self.pause()
+                processed.append(item)
+
+            it.iterate_over([1, 2, 3], work)
+
+        @step
+        def after(self):
+            processed.append("after")
+            if fail_after["n"]:
+                fail_after["n"] -= 1
+                raise RuntimeError("after failed")
+
+    wf = StaleMarkerFlow.create(hero=order)
+    perform_next_step(wf)
+    assert_workflow_state(wf, "paused")
+    assert processed == [1]
+    assert chain(wf, "walk")[0].outcome == "workflow_paused"
+    wf.skip()  # operator: skip the paused resumable step altogether
+    wf.session.commit()
+    assert wf.next_step_name == "after"
+    with pytest.raises(RuntimeError, match="after failed"):
+        perform_next_step(wf)
+    assert_workflow_state(wf, "paused")
+    retry = wf.resume()
+    assert retry.step_name == "after"
+    assert retry.continues_from_id is None
+    speedrun_workflow(wf)
+    assert processed == [1, "after", "after"]
+    assert_workflow_state(wf, "finished")
