@@ -1,8 +1,15 @@
-"""The Flask ops dashboard (app factory)."""
+"""The Flask ops dashboard (app factory).
+
+``create_app(config)`` builds the dashboard: configuration (defaults < ``GENEVA_*``
+environment < ``config``), Flask-SQLAlchemy bound to the engine's metadata, Flask-Migrate,
+htmx-flask, login and roles, CSRF, security headers, and the blueprints. To add a blueprint
+(``/metrics`` and friends), register it in :func:`register_blueprints`.
+"""
 
 from __future__ import annotations
 
-import os
+import importlib
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -10,31 +17,43 @@ from typing import Any
 from flask import Flask
 
 import engine.db
-from app.extensions import db, migrate
+from app import auth, config, csrf, errors, formatting, security
+from app import htmx as htmx_helpers
+from app.extensions import db, htmx, migrate
 
 ROOT = Path(__file__).resolve().parent.parent
+log = logging.getLogger(__name__)
 
 
-def create_app(config: Mapping[str, Any] | None = None) -> Flask:
+def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
+    """Build the dashboard. ``{"DEMO": True}`` opens it to loopback clients as operator."""
     app = Flask(
         __name__,
         template_folder=str(ROOT / "templates"),
         static_folder=str(ROOT / "static"),
     )
-    app.config["SQLALCHEMY_DATABASE_URI"] = engine.db.database_url()
-    app.config["SECRET_KEY"] = os.environ.get("GENEVA_SECRET_KEY", "dev-only-change-me")
-    app.config.from_prefixed_env("GENEVA")
-    if config:
-        app.config.update(config)
+    config.load(app, config_overrides)
+    if app.config["SECRET_KEY"] == config.DEV_SECRET_KEY and not (
+        app.config.get("DEMO") or app.testing
+    ):
+        log.warning("GENEVA_SECRET_KEY is not set: sessions are signed with a public dev key")
+    _import_workflow_modules(app.config.get("WORKFLOW_MODULES"))
+
     db.init_app(app)
     migrate.init_app(app, db, directory=str(ROOT / "migrations"))
+    htmx.init_app(app)
     with app.app_context():
         # The engine's own session factory uses the same database as Flask-SQLAlchemy.
         engine.db.configure(engine=db.engine)
 
-    from app import metrics
-
-    metrics.init_app(app)  # GET /metrics (Prometheus); also installs the event metrics
+    # Order matters: CSRF refuses forged requests before auth looks at who sent them.
+    csrf.init_app(app)
+    auth.init_app(app)
+    security.init_app(app)
+    htmx_helpers.init_app(app)
+    errors.init_app(app)
+    formatting.init_app(app)
+    register_blueprints(app)
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
@@ -42,3 +61,24 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
         return {"status": "ok", "database": "ok"}
 
     return app
+
+
+def register_blueprints(app: Flask) -> None:
+    """Every blueprint of the dashboard (``auth`` registers itself in ``auth.init_app``)."""
+    from app import metrics
+    from app.dashboard import bp as dashboard_bp
+    from app.workflows import bp as workflows_bp
+
+    app.register_blueprint(dashboard_bp)
+    app.register_blueprint(workflows_bp)
+    metrics.init_app(app)  # GET /metrics (Prometheus); also installs the event metrics
+
+
+def _import_workflow_modules(value: Any) -> None:
+    """``GENEVA_WORKFLOW_MODULES=pkg.mod,…``: import them so their classes are registered."""
+    if not value:
+        return
+    names = value.split(",") if isinstance(value, str) else list(value)
+    for name in names:
+        if name.strip():
+            importlib.import_module(name.strip())

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from flask_migrate import Migrate
 from flask_sqlalchemy import SQLAlchemy
+from htmx_flask import Htmx
 
 from engine.models import Base
 
 db = SQLAlchemy(metadata=Base.metadata)
 migrate = Migrate()
+htmx = Htmx()

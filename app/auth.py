@@ -1,0 +1,195 @@
+"""Who is looking, and may they act: users from configuration, roles, demo mode, host hook.
+
+Roles: ``viewer`` (read-only) and ``operator`` (may run actions). The server enforces them:
+every unsafe request from a viewer is answered 403, whatever the page showed.
+
+Three ways in, tried in order on each request:
+
+1. **The host application's login.** Set ``USER_LOADER`` (``GENEVA_USER_LOADER``) to a
+   callable, or a ``"module:attribute"`` string, taking the Flask request and returning a
+   :class:`DashboardUser` or ``None``. Use it when the dashboard is mounted inside an app that
+   already knows who is signed in::
+
+       def dashboard_user(request):
+           user = my_app.current_user(request)
+           if user is None:
+               return None
+           return DashboardUser(user.email, "operator" if user.is_admin else "viewer")
+
+       create_app({"USER_LOADER": dashboard_user})
+
+2. **The built-in login** (``/login``) against ``USERS``: ``{name: {"password_hash": ...,
+   "role": ...}}`` with hashes from ``werkzeug.security.generate_password_hash``. The role is
+   read from configuration on every request, so removing a user takes effect at once.
+
+3. **Demo mode** (``DEMO``): clients on the loopback interface are the operator ``demo``
+   without a login. Anyone reaching the app from another address still has to log in, so a
+   demo started on ``0.0.0.0`` by mistake does not hand out operator rights to the network.
+"""
+
+from __future__ import annotations
+
+import importlib
+import ipaddress
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from flask import (
+    Blueprint,
+    Flask,
+    Response,
+    abort,
+    current_app,
+    g,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
+from werkzeug.security import check_password_hash
+
+from app import csrf
+
+ROLES = ("viewer", "operator")
+DEMO_USER = "demo"
+
+bp = Blueprint("auth", __name__)
+
+
+@dataclass(frozen=True)
+class DashboardUser:
+    """The person behind a request: a display name and a role."""
+
+    name: str
+    role: str
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"Unknown dashboard role {self.role!r}; use one of {', '.join(ROLES)}")
+
+    @property
+    def can_act(self) -> bool:
+        return self.role == "operator"
+
+
+def current_user() -> DashboardUser | None:
+    return g.get("user")
+
+
+def _resolve_loader(value: Any) -> Callable[[Any], DashboardUser | None] | None:
+    if value is None or callable(value):
+        return value
+    module_name, _, attribute = str(value).partition(":")
+    loader = getattr(importlib.import_module(module_name), attribute)
+    if not callable(loader):
+        raise TypeError(f"USER_LOADER {value!r} does not name a callable")
+    return loader  # type: ignore[no-any-return]
+
+
+def _is_loopback(address: str | None) -> bool:
+    if not address:
+        return False
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def _configured_user(name: str) -> DashboardUser | None:
+    entry = current_app.config.get("USERS", {}).get(name)
+    if not isinstance(entry, dict):
+        return None
+    return DashboardUser(name, str(entry.get("role", "viewer")))
+
+
+def _load_user() -> DashboardUser | None:
+    loader = _resolve_loader(current_app.config.get("USER_LOADER"))
+    if loader is not None:
+        return loader(request)
+    name = session.get("user")
+    if name:
+        return _configured_user(str(name))
+    if current_app.config.get("DEMO") and _is_loopback(request.remote_addr):
+        return DashboardUser(DEMO_USER, "operator")
+    return None
+
+
+def _is_public(path: str) -> bool:
+    return any(
+        path == prefix or (prefix.endswith("/") and path.startswith(prefix))
+        for prefix in current_app.config["PUBLIC_PATHS"]
+    )
+
+
+def authorize() -> Response | None:
+    """Before every request: find the user, send strangers to the login, keep viewers read-only."""
+    g.user = _load_user()
+    if _is_public(request.path) or request.endpoint == "auth.logout":
+        return None
+    if g.user is None:
+        target = url_for("auth.login", next=request.full_path.rstrip("?"))
+        if getattr(request, "htmx", False):
+            # A redirect would be followed by XHR and swapped into the page; tell htmx instead.
+            return Response(status=401, headers={"HX-Redirect": target})
+        return redirect(target)  # type: ignore[return-value]
+    if request.method not in csrf.SAFE_METHODS and not g.user.can_act:
+        abort(403, description=f"{g.user.name} is a viewer; viewers cannot change workflows.")
+    return None
+
+
+def _safe_next(target: str | None) -> str:
+    # Only same-site paths: an open redirect after login would be a phishing aid.
+    if target:
+        parts = urlsplit(target)
+        if not parts.scheme and not parts.netloc and target.startswith("/"):
+            return target
+    return url_for("dashboard.overview")
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login() -> Any:
+    error = None
+    status = 200
+    if request.method == "POST":
+        name = request.form.get("username", "").strip()
+        password = request.form.get("password", "")
+        entry = current_app.config.get("USERS", {}).get(name)
+        hashed = entry.get("password_hash") if isinstance(entry, dict) else None
+        if hashed and check_password_hash(str(hashed), password):
+            session.clear()  # a fresh session on login: no fixation of a pre-login cookie
+            session["user"] = name
+            csrf.csrf_token()
+            return redirect(_safe_next(request.args.get("next")))
+        error = "Unknown user or wrong password."
+        status = 401
+    return (
+        render_template(
+            "auth/login.html", error=error, next=request.args.get("next", ""), demo=_demo_open()
+        ),
+        status,
+    )
+
+
+def _demo_open() -> bool:
+    return bool(current_app.config.get("DEMO")) and _is_loopback(request.remote_addr)
+
+
+@bp.route("/logout", methods=["GET", "POST"])
+def logout() -> Any:
+    if request.method == "POST":
+        session.clear()
+        return redirect(url_for("auth.login"))
+    # State never changes on GET: show a button that POSTs.
+    return render_template("auth/logout.html")
+
+
+def init_app(app: Flask) -> None:
+    app.before_request(authorize)
+    app.register_blueprint(bp)
+
+    @app.context_processor
+    def _user_context() -> dict[str, Any]:
+        return {"current_user": current_user()}

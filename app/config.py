@@ -1,0 +1,59 @@
+"""Dashboard configuration: defaults, then ``GENEVA_*`` environment variables, then the mapping
+passed to :func:`app.create_app`.
+
+Every key below can be set from the environment with the ``GENEVA_`` prefix
+(``GENEVA_DEMO=true``, ``GENEVA_BULK_CAP=500``, ``GENEVA_SECRET_KEY=...``). Values are parsed
+as JSON when they are valid JSON (Flask's ``from_prefixed_env``), so users are configured as::
+
+    GENEVA_USERS='{"alice": {"password_hash": "scrypt:...", "role": "operator"},
+                   "bob":   {"password_hash": "scrypt:...", "role": "viewer"}}'
+
+with hashes made by ``werkzeug.security.generate_password_hash``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from flask import Flask
+
+import engine.db
+
+#: The secret used when none is configured. Sessions signed with it are forgeable, so the
+#: factory logs a warning unless the app is in demo or testing mode.
+DEV_SECRET_KEY = "dev-only-change-me"
+
+DEFAULTS: dict[str, Any] = {
+    "SECRET_KEY": DEV_SECRET_KEY,
+    #: Open access as operator "demo" for loopback clients (``geneva-drive up --demo``).
+    "DEMO": False,
+    #: ``{username: {"password_hash": ..., "role": "viewer" | "operator"}}``.
+    "USERS": {},
+    #: The host application's login: a callable ``(request) -> DashboardUser | None`` or a
+    #: ``"module:attribute"`` string naming one. When set it replaces the built-in login.
+    "USER_LOADER": None,
+    #: Paths served without a login (liveness probes and Prometheus scrapes).
+    "PUBLIC_PATHS": ("/healthz", "/metrics", "/static/", "/login"),
+    #: Rows per page on lists (keyset pages; never an OFFSET).
+    "PAGE_SIZE": 50,
+    #: Most workflows one bulk action may touch (Oban Web's default; Mission Control uses 3000).
+    "BULK_CAP": 1000,
+    #: Seconds between polls of live regions.
+    "POLL_SECONDS": 5,
+    #: Seconds the overview's grouped counts are cached per process.
+    "COUNTS_CACHE_SECONDS": 5,
+    "SESSION_COOKIE_HTTPONLY": True,
+    "SESSION_COOKIE_SAMESITE": "Lax",
+    "SESSION_COOKIE_SECURE": False,
+    "SQLALCHEMY_TRACK_MODIFICATIONS": False,
+}
+
+
+def load(app: Flask, overrides: Mapping[str, Any] | None) -> None:
+    """Apply defaults, the environment and ``overrides``, in that order (later wins)."""
+    app.config.update(DEFAULTS)
+    app.config["SQLALCHEMY_DATABASE_URI"] = engine.db.database_url()
+    app.config.from_prefixed_env("GENEVA")
+    if overrides:
+        app.config.update(overrides)

@@ -1,0 +1,9 @@
+"""Cross-workflow pages: overview, signal inbox, definitions, stranded, failures, audit."""
+
+from __future__ import annotations
+
+from flask import Blueprint
+
+bp = Blueprint("dashboard", __name__)
+
+from app.dashboard import views  # noqa: E402,F401  (routes register on bp)

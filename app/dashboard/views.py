@@ -1,0 +1,111 @@
+"""Views of the cross-workflow pages. Each parses input, asks a query, builds presenters and
+renders the page, or only its partial for HTMX."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import abort, request
+
+from app import presenters, queries
+from app.dashboard import bp
+from app.extensions import db
+from app.htmx import render
+from engine.config import settings
+
+
+@bp.get("/")
+def overview() -> Any:
+    data = queries.overview(db.session)
+    classes = sorted(data.counts)
+    states = ["ready", "performing", "paused", "finished", "canceled"]
+    ratios = {
+        name: _ratio(data.counts[name].get("paused", 0), data.counts[name]) for name in classes
+    }
+    return render(
+        "dashboard/overview.html",
+        "dashboard/_overview.html",
+        data=data,
+        classes=classes,
+        states=states,
+        ratios=ratios,
+        settings=settings,
+    )
+
+
+def _ratio(paused: int, counts: dict[str, int]) -> float:
+    # paused / ongoing, as the gem's paused_ratio gauge: finished work does not dilute it.
+    ongoing = sum(counts.get(s, 0) for s in ("ready", "performing", "paused"))
+    return paused / ongoing if ongoing else 0.0
+
+
+@bp.get("/signals")
+def signals() -> Any:
+    parked = queries.parked_executions(db.session)
+    return render(
+        "dashboard/signals.html",
+        "dashboard/_signals.html",
+        groups=presenters.waiter_groups(parked),
+        truncated=len(parked) >= queries.INBOX_LIMIT,
+        pending=[presenters.signal_view(s) for s in queries.pending_signals(db.session)],
+        recent=[presenters.signal_view(s) for s in queries.recent_signals(db.session)],
+        limit=queries.INBOX_LIMIT,
+    )
+
+
+@bp.get("/definitions")
+def definitions() -> Any:
+    classes = [presenters.class_definition(db.session, c) for c in queries.definitions().values()]
+    return render(
+        "dashboard/definitions.html", "dashboard/_definitions.html", classes=classes, single=False
+    )
+
+
+@bp.get("/definitions/<name>")
+def definition(name: str) -> Any:
+    cls = queries.definitions().get(name)
+    if cls is None:
+        abort(404, description=f"No workflow class named {name!r} is registered.")
+    classes = [presenters.class_definition(db.session, cls)]
+    return render(
+        "dashboard/definitions.html", "dashboard/_definitions.html", classes=classes, single=True
+    )
+
+
+@bp.get("/stranded")
+def stranded() -> Any:
+    return render(
+        "dashboard/stranded.html",
+        "dashboard/_stranded.html",
+        groups=queries.stranded_groups(db.session),
+    )
+
+
+@bp.get("/failures")
+def failures() -> Any:
+    window = request.args.get("window", "24h")
+    if window not in queries.FAILURE_WINDOWS:
+        window = "24h"
+    groups = queries.failure_groups(db.session, queries.FAILURE_WINDOWS[window])
+    return render(
+        "dashboard/failures.html",
+        "dashboard/_failures.html",
+        groups=groups,
+        window=window,
+        windows=list(queries.FAILURE_WINDOWS),
+    )
+
+
+@bp.get("/audit")
+def audit() -> Any:
+    filters = queries.AuditFilters.from_args(request.args)
+    page = queries.audit_page(
+        db.session, filters, request.args.get("after"), request.args.get("before")
+    )
+    return render(
+        "dashboard/audit.html",
+        "dashboard/_audit.html",
+        page=page,
+        rows=[presenters.action_view(a) for a in page.items],
+        filters=filters,
+    )

@@ -1,0 +1,66 @@
+"""Jinja filters for times and durations: relative in text, absolute UTC for ``<time>``."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from flask import Flask
+
+from engine.models import utcnow
+
+
+def _span(seconds: float) -> str:
+    seconds = abs(int(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 86400 * 2:
+        hours, rest = divmod(seconds, 3600)
+        minutes = rest // 60
+        return f"{hours} h {minutes} min" if minutes and hours < 10 else f"{hours} h"
+    return f"{seconds // 86400} days"
+
+
+def relative(value: datetime | None, now: datetime | None = None) -> str:
+    """``3 min ago`` / ``in 2 h`` (``now`` within a second)."""
+    if value is None:
+        return "—"
+    delta = (value - (now or utcnow())).total_seconds()
+    if abs(delta) < 1:
+        return "now"
+    return f"in {_span(delta)}" if delta > 0 else f"{_span(delta)} ago"
+
+
+def utc(value: datetime | None) -> str:
+    if value is None:
+        return ""
+    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def iso(value: datetime | None) -> str:
+    if value is None:
+        return ""
+    return value.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def duration(value: float | timedelta | None) -> str:
+    if value is None:
+        return "—"
+    seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return _span(seconds)
+
+
+def number(value: Any) -> str:
+    return f"{int(value):,}"
+
+
+def init_app(app: Flask) -> None:
+    app.jinja_env.filters.update(
+        relative=relative, utc=utc, iso=iso, duration=duration, number=number
+    )

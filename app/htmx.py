@@ -1,0 +1,41 @@
+"""HTMX helpers: one template per page, its partial rendered alone for HTMX requests.
+
+A full page *includes* its partial, so there is one source of markup (STYLE §3.4). Every GET
+answer varies on ``HX-Request`` so caches never hand a fragment to a full-page load.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from flask import Flask, Response, make_response, render_template, request
+
+#: htmx stops polling an element whose request is answered with this status.
+STOP_POLLING = 286
+
+
+def is_htmx() -> bool:
+    """True for an HTMX request, except a history restore (which needs the whole page)."""
+    htmx = getattr(request, "htmx", None)
+    return bool(htmx) and not htmx.history_restore_request
+
+
+def render(page: str, partial: str, /, status: int = 200, **context: Any) -> Response:
+    """Render ``page`` for a normal request and only ``partial`` for an HTMX request."""
+    template = partial if is_htmx() else page
+    response = make_response(render_template(template, **context), status)
+    return response
+
+
+def with_trigger(response: Response, event: str, detail: Any) -> Response:
+    """Add an ``HX-Trigger`` event (the toast) to ``response``."""
+    response.headers["HX-Trigger"] = json.dumps({event: detail})
+    return response
+
+
+def init_app(app: Flask) -> None:
+    @app.after_request
+    def _vary_on_hx_request(response: Response) -> Response:
+        response.vary.add("HX-Request")
+        return response

@@ -1,0 +1,208 @@
+"""Operator actions: call the engine inside ``db.session``, commit, and write the audit row.
+
+Each action is one transaction: the engine call and its ``geneva_drive_operator_actions`` row
+commit together. When the engine refuses (``InvalidStateError``, ``StepNotDefinedError``,
+bad input, …) the transaction is rolled back, so nothing partial is written, and the refusal is
+recorded in a transaction of its own: the audit log shows what was tried, not only what worked.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from flask import abort
+
+from app.errors import REFUSALS, status_for
+from app.extensions import db
+from engine.models import OperatorAction
+from engine.workflow import Workflow
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    ok: bool
+    status: int
+    message: str
+
+
+def parse_payload(text: str) -> Any:
+    """The signal form's ``Payload (JSON)``: empty means ``{}``; anything else must be JSON."""
+    if not text.strip():
+        return {}
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"Payload (JSON) is not valid JSON: {exc}") from exc
+
+
+def _pause(wf: Workflow, params: dict[str, Any]) -> str:
+    wf.pause()
+    return "Paused."
+
+
+def _resume(wf: Workflow, params: dict[str, Any]) -> str:
+    wf.resume()
+    return "Resumed."
+
+
+def _skip(wf: Workflow, params: dict[str, Any]) -> str:
+    step = wf.next_step_name
+    wf.skip()
+    return f"Skipped `{step}`."
+
+
+def _cancel(wf: Workflow, params: dict[str, Any]) -> str:
+    wf.cancel()
+    return "Canceled."
+
+
+def _reattempt(wf: Workflow, params: dict[str, Any]) -> str:
+    wf.reattempt()
+    return "Step scheduled to run again."
+
+
+def _resume_at(wf: Workflow, params: dict[str, Any]) -> str:
+    step = str(params.get("step") or "").strip()
+    if not step:
+        raise ValueError("Choose the Step to resume at.")
+    wf.resume_at(step)
+    return f"Resumed at `{step}`."
+
+
+def _signal(wf: Workflow, params: dict[str, Any]) -> str:
+    name = str(params.get("name") or "").strip()
+    if not name:
+        raise ValueError("A signal needs a Name.")
+    signal = wf.signal(name, params.get("payload"), idempotency_key=params.get("idempotency_key"))
+    if signal.duplicate_delivery:
+        return f"Signal `{name}` was already delivered with this idempotency key; nothing changed."
+    return f"Signal `{name}` delivered ({signal.state})."
+
+
+ACTIONS: dict[str, Callable[[Workflow, dict[str, Any]], str]] = {
+    "pause": _pause,
+    "resume": _resume,
+    "skip": _skip,
+    "cancel": _cancel,
+    "reattempt": _reattempt,
+    "resume_at": _resume_at,
+    "signal": _signal,
+}
+
+
+def _record(
+    actor: str,
+    action: str,
+    workflow_id: int | None,
+    params: dict[str, Any] | None,
+    from_state: str | None,
+    to_state: str | None,
+    result: str,
+    message: str,
+) -> OperatorAction:
+    row = OperatorAction(
+        actor=actor,
+        action=action,
+        workflow_id=workflow_id,
+        params=params or None,
+        from_state=from_state,
+        to_state=to_state,
+        result=result,
+        message=message,
+    )
+    db.session.add(row)
+    return row
+
+
+def perform(
+    actor: str,
+    workflow_id: int,
+    action: str,
+    params: dict[str, Any] | None = None,
+    *,
+    audit_extra: dict[str, Any] | None = None,
+    prepare: Callable[[], Any] | None = None,
+) -> ActionResult:
+    """Run ``action`` on workflow ``workflow_id`` as ``actor``; 404 when it does not exist.
+
+    ``prepare`` parses form input inside the refusal handling, so malformed input is a 400
+    recorded like any other refusal.
+    """
+    params = dict(params or {})
+    workflow = db.session.get(Workflow, workflow_id)
+    if workflow is None:
+        abort(404, description=f"Workflow #{workflow_id} does not exist.")
+    from_state = workflow.state
+    audit_params = {**params, **(audit_extra or {})}
+    try:
+        if prepare is not None:
+            params.update(prepare())
+            audit_params.update(params)
+        message = ACTIONS[action](workflow, params)
+        db.session.flush()
+        to_state = workflow.state
+        _record(actor, action, workflow_id, audit_params, from_state, to_state, "ok", message)
+        db.session.commit()
+    except REFUSALS as exc:
+        db.session.rollback()
+        message = str(exc)
+        _record(
+            actor, action, workflow_id, audit_params, from_state, from_state, "refused", message
+        )
+        db.session.commit()
+        log.info("Operator %s: %s on workflow %s refused: %s", actor, action, workflow_id, message)
+        return ActionResult(False, status_for(exc), message)
+    log.info("Operator %s: %s on workflow %s: %s", actor, action, workflow_id, message)
+    return ActionResult(True, 200, message)
+
+
+@dataclass(frozen=True)
+class BulkResult:
+    done: int
+    refused: int
+    messages: list[str]
+    audit_id: int
+
+    @property
+    def summary(self) -> str:
+        text = f"{self.done} done"
+        if self.refused:
+            text += f", {self.refused} refused"
+        return text + "."
+
+
+def perform_bulk(
+    actor: str, ids: list[int], action: str, params: dict[str, Any], selection: dict[str, Any]
+) -> BulkResult:
+    """Run ``action`` on each workflow, one transaction each, under one batch audit row.
+
+    One transaction per workflow: a refusal on one (it changed state meanwhile) must not undo
+    the others. Each workflow also gets its own audit row, so the action shows in its timeline.
+    """
+    batch = _record(
+        actor, f"bulk_{action}", None, {**params, **selection}, None, None, "running", ""
+    )
+    db.session.commit()
+    done = refused = 0
+    messages: list[str] = []
+    for workflow_id in ids:
+        result = perform(actor, workflow_id, action, params, audit_extra={"batch": batch.id})
+        if result.ok:
+            done += 1
+        else:
+            refused += 1
+            if len(messages) < 10:
+                messages.append(f"#{workflow_id}: {result.message}")
+    batch = db.session.get(OperatorAction, batch.id) or batch
+    batch.result = "ok" if not refused else ("partial" if done else "refused")
+    outcome = BulkResult(done, refused, messages, batch.id)
+    batch.message = outcome.summary
+    batch.params = {**(batch.params or {}), "count": len(ids), "done": done, "refused": refused}
+    db.session.commit()
+    return outcome

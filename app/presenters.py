@@ -1,0 +1,603 @@
+"""Presenters: plain values the templates display, built from engine objects.
+
+Templates make no decisions. Which buttons exist comes from ``engine.states`` predicates
+(``allowed_operator_actions``) and the user's role; the why-is-it-waiting line comes from
+``engine.explain``. Nothing here keeps its own copy of a state rule.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from app.auth import DashboardUser
+from engine import states
+from engine.config import settings
+from engine.models import OperatorAction, Signal, StepExecution, utcnow
+from engine.signal_matcher import matcher_name
+from engine.states import CURRENT_STEP_STATES, StepState
+from engine.steps import StepDefinition
+from engine.workflow import Workflow, workflow_class
+
+#: The visible label of each operator action (DASHBOARD.md, exact text).
+ACTION_LABELS = {
+    "pause": "Pause",
+    "resume": "Resume",
+    "skip": "Skip",
+    "cancel": "Cancel",
+    "reattempt": "Reattempt",
+    "resume_at": "Resume at",
+    "signal": "Send signal",
+}
+#: The bulk actions and their labels; ``verb`` completes "N workflows will be …".
+BULK_ACTIONS = {
+    "pause": ("Pause selected", "paused"),
+    "resume": ("Resume selected", "resumed"),
+    "cancel": ("Cancel selected", "canceled"),
+    "resume_at": ("Resume selected at", "resumed at the chosen step"),
+}
+#: Actions that throw work away or jump in the plan ask for confirmation first.
+CONFIRM_QUESTIONS = {
+    "skip": "Skip the current step of workflow #{id}? It will not run.",
+    "cancel": "Cancel workflow #{id}? A canceled workflow never runs again.",
+    "reattempt": "Run the current step of workflow #{id} again now?",
+    "resume_at": "Resume workflow #{id} at the chosen step? Steps in between will not run.",
+}
+#: A start later than this after ``scheduled_for`` is shown as a late start.
+LATE_START = timedelta(minutes=1)
+
+
+@dataclass(frozen=True)
+class Badge:
+    """A state word shown as text (colour is only a second signal)."""
+
+    label: str
+    tone: str
+
+
+def state_badge(state: str) -> Badge:
+    tone = {
+        "ready": "info",
+        "performing": "active",
+        "paused": "warn",
+        "finished": "ok",
+        "canceled": "muted",
+        "scheduled": "info",
+        "waiting": "wait",
+        "in_progress": "active",
+        "completed": "ok",
+        "failed": "bad",
+        "skipped": "muted",
+        "pending": "wait",
+        "claimed": "info",
+        "consumed": "ok",
+    }.get(state, "muted")
+    return Badge(state.replace("_", " "), tone)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+# --- rows of lists ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkflowRow:
+    id: int
+    workflow_class: str
+    class_known: bool
+    hero_type: str | None
+    hero_id: str | None
+    state: str
+    badges: list[Badge]
+    next_step: str | None
+    why: str
+    updated_at: datetime
+    created_at: datetime
+
+
+def _current_by_workflow(session: Session, ids: list[int]) -> dict[int, StepExecution]:
+    if not ids:
+        return {}
+    rows = session.scalars(
+        select(StepExecution)
+        .where(
+            StepExecution.workflow_id.in_(ids),
+            StepExecution.state.in_(list(CURRENT_STEP_STATES)),
+        )
+        .order_by(StepExecution.id)
+    )
+    found: dict[int, StepExecution] = {}
+    for execution in rows:
+        found.setdefault(execution.workflow_id, execution)
+    return found
+
+
+def _badges(workflow: Workflow, current: StepExecution | None, now: datetime) -> list[Badge]:
+    badges = [state_badge(workflow.state)]
+    from app.queries import is_stranded_step
+
+    if workflow.state == states.WorkflowState.PAUSED and is_stranded_step(
+        workflow.type, workflow.next_step_name
+    ):
+        badges.append(Badge("stranded", "bad"))
+    if current is None or not states.is_runnable(workflow.state):
+        return badges
+    if current.state == StepState.WAITING:
+        badges.append(Badge("waiting", "wait"))
+        threshold = settings.waiting_visibility_threshold
+        since = current.waiting_since or current.created_at
+        if threshold is not None and since < now - threshold:
+            badges.append(Badge("waiting too long", "bad"))
+    elif current.state == StepState.SCHEDULED and current.scheduled_for < now:
+        badges.append(Badge("overdue", "bad"))
+    elif current.state == StepState.IN_PROGRESS and current.started_at is not None:
+        if current.started_at < now - settings.stuck_in_progress_threshold:
+            badges.append(Badge("stuck", "bad"))
+    return badges
+
+
+def workflow_rows(session: Session, workflows: Iterable[Workflow]) -> list[WorkflowRow]:
+    """List rows; the current executions of the whole page come from one query."""
+    workflows = list(workflows)
+    now = utcnow()
+    currents = _current_by_workflow(session, [w.id for w in workflows])
+    return [
+        WorkflowRow(
+            id=w.id,
+            workflow_class=w.type,
+            class_known=workflow_class(w.type) is not None,
+            hero_type=w.hero_type,
+            hero_id=w.hero_id,
+            state=w.state,
+            badges=_badges(w, currents.get(w.id), now),
+            next_step=w.next_step_name,
+            why=w.why_waiting(now=now),
+            updated_at=w.updated_at,
+            created_at=w.created_at,
+        )
+        for w in workflows
+    ]
+
+
+# --- the detail page ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ActionControl:
+    name: str
+    label: str
+    confirm: str | None
+
+
+@dataclass(frozen=True)
+class StepPlanRow:
+    name: str
+    status: str
+    removed: bool
+    options: list[str]
+
+
+@dataclass
+class ExecutionView:
+    id: int
+    step_name: str
+    attempt: int
+    state: Badge
+    outcome: str | None
+    scheduled_for: datetime
+    started_at: datetime | None
+    ended_at: datetime | None
+    duration: float | None
+    overdue: bool
+    late_by: timedelta | None
+    waiting_since: datetime | None
+    waiting_too_long: bool
+    error_class: str | None
+    error_message: str | None
+    error_backtrace: str | None
+    cursor: str | None
+    signal_id: int | None
+    metadata: str | None
+    created_at: datetime
+
+
+@dataclass
+class ChainView:
+    """Executions of one resumable step linked by ``continues_from_id``, as one group."""
+
+    step_name: str
+    hops: list[ExecutionView]
+
+    @property
+    def created_at(self) -> datetime:
+        return self.hops[0].created_at
+
+    @property
+    def last(self) -> ExecutionView:
+        return self.hops[-1]
+
+
+@dataclass(frozen=True)
+class SignalView:
+    id: int
+    workflow_id: int
+    name: str
+    state: Badge
+    claimed: int
+    consumed: int
+    idempotency_key: str | None
+    payload: str
+    created_at: datetime
+    claimed_at: datetime | None
+    consumed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class ActionView:
+    id: int
+    actor: str
+    action: str
+    label: str
+    params: str | None
+    from_state: str | None
+    to_state: str | None
+    result: str
+    message: str | None
+    created_at: datetime
+    workflow_id: int | None
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    kind: str  # "execution" | "chain" | "action" | "signal"
+    at: datetime
+    item: Any
+
+
+@dataclass
+class WorkflowDetail:
+    row: WorkflowRow
+    current_step: str | None
+    transitioned_at: datetime | None
+    actions: list[ActionControl]
+    runnable_steps: list[str]
+    plan: list[StepPlanRow]
+    timeline: list[TimelineEntry]
+    signals: list[SignalView]
+    metadata: str | None
+    job_options: str | None
+    live: bool
+    refusal: str | None = None
+    notice: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def action_controls(
+    state: str, user: DashboardUser | None, workflow_id: int
+) -> list[ActionControl]:
+    """The buttons for a workflow in ``state``: the engine's predicates, and operators only."""
+    if user is None or not user.can_act:
+        return []
+    return [
+        ActionControl(
+            name=name,
+            label=ACTION_LABELS[name],
+            confirm=CONFIRM_QUESTIONS[name].format(id=workflow_id)
+            if name in CONFIRM_QUESTIONS
+            else None,
+        )
+        for name in states.allowed_operator_actions(state)
+    ]
+
+
+def _ended_at(execution: StepExecution) -> datetime | None:
+    return (
+        execution.finished_at
+        or execution.completed_at
+        or execution.failed_at
+        or execution.canceled_at
+        or execution.skipped_at
+    )
+
+
+def execution_view(execution: StepExecution, attempt: int, now: datetime) -> ExecutionView:
+    late_by = None
+    if execution.started_at is not None and execution.started_at - execution.scheduled_for > (
+        LATE_START
+    ):
+        late_by = execution.started_at - execution.scheduled_for
+    threshold = settings.waiting_visibility_threshold
+    waiting_too_long = (
+        execution.state == StepState.WAITING
+        and threshold is not None
+        and (execution.waiting_since or execution.created_at) < now - threshold
+    )
+    metadata = {k: v for k, v in (execution.metadata_ or {}).items() if k != "exception"}
+    return ExecutionView(
+        id=execution.id,
+        step_name=execution.step_name,
+        attempt=attempt,
+        state=state_badge(execution.state),
+        outcome=execution.outcome,
+        scheduled_for=execution.scheduled_for,
+        started_at=execution.started_at,
+        ended_at=_ended_at(execution),
+        duration=execution.duration_seconds,
+        overdue=execution.is_overdue,
+        late_by=late_by,
+        waiting_since=execution.waiting_since,
+        waiting_too_long=waiting_too_long,
+        error_class=execution.error_class_name,
+        error_message=execution.error_message,
+        error_backtrace=execution.error_backtrace,
+        cursor=_json(execution.cursor) if execution.cursor is not None else None,
+        signal_id=execution.signal_id,
+        metadata=_json(metadata) if metadata else None,
+        created_at=execution.created_at,
+    )
+
+
+def signal_view(signal: Signal) -> SignalView:
+    return SignalView(
+        id=signal.id,
+        workflow_id=signal.workflow_id,
+        name=signal.name,
+        state=state_badge(signal.state),
+        claimed=signal.claimed or 0,
+        consumed=signal.consumed or 0,
+        idempotency_key=signal.idempotency_key,
+        payload=_json(signal.payload_json if signal.payload_json is not None else {}),
+        created_at=signal.created_at,
+        claimed_at=signal.claimed_at,
+        consumed_at=signal.consumed_at,
+    )
+
+
+def action_view(action: OperatorAction) -> ActionView:
+    name = action.action
+    base = name.removeprefix("bulk_")
+    label = ACTION_LABELS.get(base, base)
+    if name.startswith("bulk_"):
+        label = BULK_ACTIONS.get(base, (label, ""))[0]
+    return ActionView(
+        id=action.id,
+        actor=action.actor,
+        action=name,
+        label=label,
+        params=_json(action.params) if action.params else None,
+        from_state=action.from_state,
+        to_state=action.to_state,
+        result=action.result,
+        message=action.message,
+        created_at=action.created_at,
+        workflow_id=action.workflow_id,
+    )
+
+
+def _plan(workflow: Workflow, executions: list[StepExecution]) -> list[StepPlanRow]:
+    latest: dict[str, StepExecution] = {}
+    for execution in executions:
+        latest[execution.step_name] = execution
+    current = next((e for e in reversed(executions) if e.state in CURRENT_STEP_STATES), None)
+    current_name = current.step_name if current is not None else None
+    if current_name is None and workflow.state == states.WorkflowState.PAUSED:
+        current_name = workflow.next_step_name
+    rows = []
+    for definition in workflow.steps:
+        if definition.removed:
+            status = "removed"
+        elif definition.name == current_name:
+            status = "current"
+        elif definition.name in latest:
+            status = {
+                StepState.COMPLETED: "done",
+                StepState.SKIPPED: "skipped",
+                StepState.FAILED: "failed",
+                StepState.CANCELED: "canceled",
+            }.get(latest[definition.name].state, "upcoming")
+        else:
+            status = "upcoming" if workflow.is_ongoing else "not run"
+        rows.append(
+            StepPlanRow(definition.name, status, definition.removed, step_options(definition))
+        )
+    if current_name and workflow.steps.named(current_name) is None:
+        rows.append(StepPlanRow(current_name, "not defined", True, []))
+    return rows
+
+
+def step_options(definition: StepDefinition) -> list[str]:
+    """The options of a step in words, for the plan and the definitions page."""
+    options = []
+    if definition.resumable:
+        options.append("resumable")
+    if definition.wait is not None:
+        options.append(f"wait {definition.wait}")
+    if definition.wait_for is not None:
+        options.append(f"wait_for {matcher_name(definition.wait_for) or definition.wait_for}")
+    if definition.skip_if is not None:
+        options.append(f"skip_if {getattr(definition.skip_if, '__name__', definition.skip_if)}")
+    if definition.on_exception_action:
+        options.append(f"on_exception {definition.on_exception_action}")
+    elif definition.exception_policy is not None:
+        options.append("exception policy")
+    if definition.max_iterations:
+        options.append(f"max_iterations {definition.max_iterations}")
+    if definition.max_runtime:
+        options.append(f"max_runtime {definition.max_runtime}")
+    if definition.before_step:
+        options.append(f"before {definition.before_step}")
+    if definition.after_step:
+        options.append(f"after {definition.after_step}")
+    if definition.job_options:
+        options.append("job_options " + json.dumps(definition.job_options, default=str))
+    return options
+
+
+def _timeline(
+    executions: list[StepExecution],
+    signals: list[Signal],
+    actions: list[OperatorAction],
+    now: datetime,
+) -> list[TimelineEntry]:
+    attempts: dict[str, int] = {}
+    views: dict[int, ExecutionView] = {}
+    for execution in executions:
+        attempts[execution.step_name] = attempts.get(execution.step_name, 0) + 1
+        views[execution.id] = execution_view(execution, attempts[execution.step_name], now)
+    chain_of: dict[int, ChainView] = {}
+    entries: list[TimelineEntry] = []
+    for execution in executions:
+        view = views[execution.id]
+        parent = execution.continues_from_id
+        if parent is not None and parent in chain_of:
+            chain_of[parent].hops.append(view)
+            chain_of[execution.id] = chain_of[parent]
+            continue
+        if parent is not None and parent in views:
+            # The predecessor was shown on its own so far; turn it into a chain.
+            chain = ChainView(execution.step_name, [views[parent], view])
+            entries = [e for e in entries if not (e.kind == "execution" and e.item.id == parent)]
+            entries.append(TimelineEntry("chain", chain.created_at, chain))
+            chain_of[parent] = chain
+            chain_of[execution.id] = chain
+            continue
+        entries.append(TimelineEntry("execution", view.created_at, view))
+    entries.extend(TimelineEntry("signal", s.created_at, signal_view(s)) for s in signals)
+    entries.extend(TimelineEntry("action", a.created_at, action_view(a)) for a in actions)
+    order = {"execution": 0, "chain": 0, "signal": 1, "action": 2}
+    entries.sort(key=lambda e: (e.at, order[e.kind]))
+    return entries
+
+
+def workflow_detail(
+    session: Session, workflow: Workflow, user: DashboardUser | None
+) -> WorkflowDetail:
+    from app import queries
+
+    now = utcnow()
+    executions = queries.executions_of(session, workflow.id)
+    signals = queries.signals_of(session, workflow.id)
+    actions = queries.actions_of(session, workflow.id)
+    row = workflow_rows(session, [workflow])[0]
+    metadata = {k: v for k, v in (workflow.metadata_ or {}).items() if k != "step_job_options"}
+    job_options = {
+        "class": type(workflow).class_step_job_options(),
+        "workflow": workflow.step_job_options,
+    }
+    return WorkflowDetail(
+        row=row,
+        current_step=workflow.current_step_name,
+        transitioned_at=workflow.transitioned_at,
+        actions=action_controls(workflow.state, user, workflow.id),
+        runnable_steps=[s.name for s in workflow.steps.runnable],
+        plan=_plan(workflow, executions),
+        timeline=_timeline(executions, signals, actions, now),
+        signals=[signal_view(s) for s in signals],
+        metadata=_json(metadata) if metadata else None,
+        job_options=_json(job_options) if any(job_options.values()) else None,
+        live=workflow.is_ongoing,
+    )
+
+
+# --- definitions ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StepDefinitionRow:
+    name: str
+    removed: bool
+    options: list[str]
+    in_flight: int
+    ongoing: int
+
+
+@dataclass(frozen=True)
+class ClassDefinition:
+    name: str
+    python_name: str
+    steps: list[StepDefinitionRow]
+    cancel_if: list[str]
+    policies: list[str]
+    job_options: str | None
+    may_proceed_without_hero: bool
+    gravestones_in_flight: int
+
+
+def class_definition(session: Session, cls: type[Workflow]) -> ClassDefinition:
+    from app import queries
+
+    in_flight = cls.removed_steps_in_flight(session)
+    ongoing = queries.ongoing_per_step(session, cls.workflow_name)
+    return ClassDefinition(
+        name=cls.workflow_name,
+        python_name=f"{cls.__module__}.{cls.__qualname__}",
+        steps=[
+            StepDefinitionRow(
+                name=d.name,
+                removed=d.removed,
+                options=step_options(d),
+                in_flight=in_flight.get(d.name, 0),
+                ongoing=ongoing.get(d.name, 0),
+            )
+            for d in cls.steps
+        ],
+        cancel_if=[getattr(c, "__name__", str(c)) for c in cls._cancel_conditions],
+        policies=[repr(p) for p in cls._exception_policies],
+        job_options=_json(cls.class_step_job_options()) if cls.class_step_job_options() else None,
+        may_proceed_without_hero=cls.may_proceed_without_hero,
+        gravestones_in_flight=sum(in_flight.values()),
+    )
+
+
+# --- signals inbox --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Waiter:
+    execution_id: int
+    workflow_id: int
+    workflow_class: str
+    hero_type: str | None
+    hero_id: str | None
+    step_name: str
+    waiting_since: datetime | None
+    overdue: bool
+
+
+@dataclass(frozen=True)
+class WaiterGroup:
+    signal_name: str
+    waiters: list[Waiter]
+
+
+def waiter_groups(rows: list[tuple[StepExecution, Workflow]]) -> list[WaiterGroup]:
+    """Parked executions grouped by the signal their step waits for (from the step definition)."""
+    now = utcnow()
+    threshold = settings.waiting_visibility_threshold
+    groups: dict[str, list[Waiter]] = {}
+    for execution, workflow in rows:
+        definition = workflow.steps.named(execution.step_name)
+        matcher = definition.signal_matcher if definition is not None else None
+        name = (matcher_name(matcher) if matcher is not None else None) or "(unknown signal)"
+        since = execution.waiting_since or execution.created_at
+        groups.setdefault(name, []).append(
+            Waiter(
+                execution_id=execution.id,
+                workflow_id=workflow.id,
+                workflow_class=workflow.type,
+                hero_type=workflow.hero_type,
+                hero_id=workflow.hero_id,
+                step_name=execution.step_name,
+                waiting_since=since,
+                overdue=threshold is not None and since < now - threshold,
+            )
+        )
+    return [WaiterGroup(name, waiters) for name, waiters in sorted(groups.items())]

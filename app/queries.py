@@ -1,0 +1,570 @@
+"""Read queries of the dashboard: bounded, index-backed, never a whole-table scan per view.
+
+Lists page with keysets on ``id`` (every workflow index ends in ``id``: ``(type, state, id)``,
+``(state, id)``, the primary key), so ``WHERE state = :s AND id < :after ORDER BY id DESC
+LIMIT n`` walks one index range and stops after ``n`` rows — the row-value comparison
+``(state, id) < (:s, :after)`` with the equality prefix spelled out so every planner uses the
+index. Nothing here uses OFFSET, and no count runs over a whole table: counts are grouped (one
+index-only pass) and cached briefly, or capped with a ``LIMIT`` inside the count.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+from flask import current_app
+from sqlalchemy import Select, and_, exists, func, or_, select
+from sqlalchemy.orm import Session
+
+from engine.config import settings
+from engine.models import OperatorAction, Signal, StepExecution, utcnow
+from engine.states import ONGOING_WORKFLOW_STATES, StepState, WorkflowState
+from engine.workflow import Workflow, registered_workflows, workflow_class
+
+T = TypeVar("T")
+
+#: Values of the ``due`` filter: which kind of late current execution a workflow has.
+DUE_FILTERS = ("overdue", "waiting", "stuck")
+
+
+# --- the workflows list ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkflowFilters:
+    """The list's filters, exactly the query parameters of ``/workflows`` (deep-linkable)."""
+
+    cls: str = ""
+    state: str = ""
+    hero_type: str = ""
+    hero_id: str = ""
+    step: str = ""
+    error: str = ""
+    q: str = ""
+    due: str = ""
+
+    @classmethod
+    def from_args(cls, args: Any) -> WorkflowFilters:
+        def get(name: str) -> str:
+            return str(args.get(name, "") or "").strip()
+
+        due = get("due")
+        return cls(
+            cls=get("class"),
+            state=get("state"),
+            hero_type=get("hero_type"),
+            hero_id=get("hero_id"),
+            step=get("step"),
+            error=get("error"),
+            q=get("q"),
+            due=due if due in DUE_FILTERS else "",
+        )
+
+    def as_params(self) -> dict[str, str]:
+        """The non-empty filters as query parameters (``class`` spelled as in the URL)."""
+        pairs = {
+            "class": self.cls,
+            "state": self.state,
+            "hero_type": self.hero_type,
+            "hero_id": self.hero_id,
+            "step": self.step,
+            "error": self.error,
+            "q": self.q,
+            "due": self.due,
+        }
+        return {k: v for k, v in pairs.items() if v}
+
+    def query_string(self, **extra: Any) -> str:
+        params = self.as_params()
+        params.update({k: str(v) for k, v in extra.items() if v not in (None, "")})
+        return urlencode(params)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.as_params()
+
+    def without(self, name: str) -> WorkflowFilters:
+        return replace(self, **{name: ""})
+
+
+def _search(q: str) -> Any:
+    """``q``: a workflow id (``42`` or ``#42``), or a hero as ``Type:id`` / ``Type/id``."""
+    text = q.lstrip("#")
+    if text.isdigit():
+        return Workflow.id == int(text)
+    for separator in (":", "/"):
+        hero_type, sep, hero_id = q.partition(separator)
+        if sep and hero_type and hero_id:
+            return and_(Workflow.hero_type == hero_type, Workflow.hero_id == hero_id)
+    # Not an id or a hero: match nothing rather than scan the table for a substring.
+    return Workflow.id.is_(None)
+
+
+def _current_execution_in(*states: str, extra: Any = None) -> Any:
+    condition = and_(StepExecution.workflow_id == Workflow.id, StepExecution.state.in_(states))
+    if extra is not None:
+        condition = and_(condition, extra)
+    return exists(select(StepExecution.id).where(condition))
+
+
+def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) -> Select[Any]:
+    """``select(Workflow)`` narrowed by ``filters`` (no ordering, no limit)."""
+    now = now or utcnow()
+    stmt = select(Workflow)
+    if filters.cls:
+        stmt = stmt.where(Workflow.type == filters.cls)
+    if filters.state:
+        stmt = stmt.where(Workflow.state == filters.state)
+    if filters.hero_type:
+        stmt = stmt.where(Workflow.hero_type == filters.hero_type)
+    if filters.hero_id:
+        stmt = stmt.where(Workflow.hero_id == filters.hero_id)
+    if filters.step:
+        stmt = stmt.where(Workflow.next_step_name == filters.step)
+    if filters.error:
+        # Uses the (workflow_id, state) index once per candidate row.
+        stmt = stmt.where(
+            exists(
+                select(StepExecution.id).where(
+                    StepExecution.workflow_id == Workflow.id,
+                    StepExecution.state == StepState.FAILED,
+                    StepExecution.error_class_name == filters.error,
+                )
+            )
+        )
+    if filters.q:
+        stmt = stmt.where(_search(filters.q))
+    if filters.due == "overdue":
+        stmt = stmt.where(
+            Workflow.state.in_([WorkflowState.READY, WorkflowState.PERFORMING]),
+            _current_execution_in(StepState.SCHEDULED, extra=StepExecution.scheduled_for < now),
+        )
+    elif filters.due == "waiting":
+        stmt = stmt.where(_current_execution_in(StepState.WAITING))
+    elif filters.due == "stuck":
+        stmt = stmt.where(
+            _current_execution_in(
+                StepState.IN_PROGRESS,
+                extra=StepExecution.started_at < now - settings.stuck_in_progress_threshold,
+            )
+        )
+    return stmt
+
+
+@dataclass
+class Page:
+    """One keyset page, newest first, with the cursors for the neighbouring pages."""
+
+    items: list[Any]
+    newer: int | None = None
+    older: int | None = None
+
+
+def _int_arg(value: Any) -> int | None:
+    try:
+        return int(value) if value not in (None, "") else None
+    except (TypeError, ValueError):
+        return None
+
+
+def keyset_page(
+    session: Session,
+    stmt: Select[Any],
+    id_column: Any,
+    *,
+    after: Any = None,
+    before: Any = None,
+    limit: int,
+) -> Page:
+    """Page ``stmt`` newest-first on ``id_column``: ``after`` goes older, ``before`` newer."""
+    after_id, before_id = _int_arg(after), _int_arg(before)
+    if before_id is not None:
+        rows = list(
+            session.scalars(
+                stmt.where(id_column > before_id).order_by(id_column.asc()).limit(limit + 1)
+            )
+        )
+        more_newer = len(rows) > limit
+        rows = list(reversed(rows[:limit]))
+        page = Page(rows)
+        page.newer = _id(rows[0]) if rows and more_newer else None
+        page.older = _id(rows[-1]) if rows else before_id
+        return page
+    if after_id is not None:
+        stmt = stmt.where(id_column < after_id)
+    rows = list(session.scalars(stmt.order_by(id_column.desc()).limit(limit + 1)))
+    more_older = len(rows) > limit
+    rows = rows[:limit]
+    page = Page(rows)
+    page.older = _id(rows[-1]) if rows and more_older else None
+    page.newer = _id(rows[0]) if rows and after_id is not None else None
+    return page
+
+
+def _id(row: Any) -> int:
+    return int(row.id)
+
+
+def workflow_page(
+    session: Session, filters: WorkflowFilters, after: Any = None, before: Any = None
+) -> Page:
+    limit = int(current_app.config["PAGE_SIZE"])
+    return keyset_page(
+        session, filtered_workflows(filters), Workflow.id, after=after, before=before, limit=limit
+    )
+
+
+def capped_ids(session: Session, filters: WorkflowFilters, cap: int) -> list[int]:
+    """Ids of the filtered selection, at most ``cap + 1`` (one more says "over the cap")."""
+    stmt = filtered_workflows(filters).with_only_columns(Workflow.id)
+    return list(session.scalars(stmt.order_by(Workflow.id.desc()).limit(cap + 1)))
+
+
+# --- small cache for grouped counts ------------------------------------------------------------
+
+
+def cached(key: str, compute: Callable[[], T]) -> T:
+    """Per-app cache of a grouped count for ``COUNTS_CACHE_SECONDS`` (0 disables)."""
+    ttl = float(current_app.config.get("COUNTS_CACHE_SECONDS", 0))
+    store: dict[str, tuple[float, Any]] = current_app.extensions.setdefault("geneva_counts", {})
+    hit = store.get(key)
+    now = time.monotonic()
+    if ttl > 0 and hit is not None and now - hit[0] < ttl:
+        return hit[1]  # type: ignore[no-any-return]
+    value = compute()
+    store[key] = (now, value)
+    return value
+
+
+def _capped_count(session: Session, stmt: Select[Any], cap: int) -> int:
+    """``count(*)`` of at most ``cap + 1`` rows: enough to print "10,000+" without a scan."""
+    inner = stmt.limit(cap + 1).subquery()
+    return int(session.scalar(select(func.count()).select_from(inner)) or 0)
+
+
+# --- overview ---------------------------------------------------------------------------------
+
+COUNT_CAP = 10_000
+
+
+@dataclass
+class Overview:
+    counts: dict[str, dict[str, int]]
+    overdue: int
+    stuck_scheduled: int
+    waiting_overdue: int
+    stuck_in_progress: int
+    stranded: int
+    failures: list[FailureGroup]
+    now: datetime = field(default_factory=utcnow)
+
+
+def state_counts(session: Session) -> dict[str, dict[str, int]]:
+    """``{class: {state: count}}`` from one grouped pass over ``(type, state, id)``."""
+    rows = session.execute(
+        select(Workflow.type, Workflow.state, func.count()).group_by(Workflow.type, Workflow.state)
+    )
+    counts: dict[str, dict[str, int]] = {}
+    for type_name, state, count in rows:
+        counts.setdefault(type_name, {})[state] = int(count)
+    return dict(sorted(counts.items()))
+
+
+def overview(session: Session) -> Overview:
+    now = utcnow()
+
+    def compute() -> Overview:
+        scheduled_late = (
+            select(StepExecution.id)
+            .join(Workflow, Workflow.id == StepExecution.workflow_id)
+            .where(
+                StepExecution.state == StepState.SCHEDULED,
+                StepExecution.scheduled_for < now,
+                Workflow.state.in_([WorkflowState.READY, WorkflowState.PERFORMING]),
+            )
+        )
+        stuck_scheduled = scheduled_late.where(
+            StepExecution.scheduled_for < now - settings.stuck_scheduled_threshold
+        )
+        threshold = settings.waiting_visibility_threshold
+        waiting_overdue = 0
+        if threshold is not None:
+            waiting_overdue = _capped_count(
+                session,
+                select(StepExecution.id).where(
+                    StepExecution.state == StepState.WAITING,
+                    StepExecution.waiting_since < now - threshold,
+                ),
+                COUNT_CAP,
+            )
+        stuck_in_progress = _capped_count(
+            session,
+            select(StepExecution.id).where(
+                StepExecution.state == StepState.IN_PROGRESS,
+                StepExecution.started_at < now - settings.stuck_in_progress_threshold,
+            ),
+            COUNT_CAP,
+        )
+        return Overview(
+            counts=state_counts(session),
+            overdue=_capped_count(session, scheduled_late, COUNT_CAP),
+            stuck_scheduled=_capped_count(session, stuck_scheduled, COUNT_CAP),
+            waiting_overdue=waiting_overdue,
+            stuck_in_progress=stuck_in_progress,
+            stranded=sum(g.count for g in stranded_groups(session)),
+            failures=failure_groups(session, timedelta(hours=24), limit=10),
+            now=now,
+        )
+
+    return cached("overview", compute)
+
+
+# --- stranded workflows -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StrandedGroup:
+    workflow_class: str
+    step_name: str
+    count: int
+    class_known: bool
+    runnable_steps: list[str]
+
+
+def is_stranded_step(type_name: str, step_name: str | None) -> bool:
+    """Whether a paused workflow of ``type_name`` waits on a step its class no longer runs."""
+    if not step_name:
+        return False
+    cls = workflow_class(type_name)
+    definition = cls.steps.named(step_name) if cls is not None else None
+    return definition is None or definition.removed
+
+
+def stranded_groups(session: Session) -> list[StrandedGroup]:
+    """Paused workflows grouped by (class, next step) where that step is no longer runnable.
+
+    One grouped pass over the paused rows (the ``(state, id)`` index); the "is it defined"
+    test is the class's own step collection, so there is no second list of steps.
+    """
+    rows = session.execute(
+        select(Workflow.type, Workflow.next_step_name, func.count())
+        .where(Workflow.state == WorkflowState.PAUSED)
+        .group_by(Workflow.type, Workflow.next_step_name)
+    )
+    groups = []
+    for type_name, step_name, count in rows:
+        if not is_stranded_step(type_name, step_name):
+            continue
+        cls = workflow_class(type_name)
+        groups.append(
+            StrandedGroup(
+                workflow_class=type_name,
+                step_name=step_name,
+                count=int(count),
+                class_known=cls is not None,
+                runnable_steps=[s.name for s in cls.steps.runnable] if cls is not None else [],
+            )
+        )
+    return sorted(groups, key=lambda g: (-g.count, g.workflow_class, g.step_name))
+
+
+# --- failures ----------------------------------------------------------------------------------
+
+FAILURE_WINDOWS = {"1h": timedelta(hours=1), "24h": timedelta(hours=24), "7d": timedelta(days=7)}
+
+
+@dataclass(frozen=True)
+class FailureGroup:
+    workflow_class: str
+    step_name: str
+    error_class: str
+    count: int
+    last_failed_at: datetime | None
+    last_message: str | None = None
+
+
+def failure_groups(session: Session, window: timedelta, limit: int = 100) -> list[FailureGroup]:
+    """Failed executions in ``window`` grouped by (class, step, error class), most first."""
+    since = utcnow() - window
+    count = func.count().label("n")
+    rows = session.execute(
+        select(
+            Workflow.type,
+            StepExecution.step_name,
+            StepExecution.error_class_name,
+            count,
+            func.max(StepExecution.failed_at),
+            func.max(StepExecution.id),
+        )
+        .join(Workflow, Workflow.id == StepExecution.workflow_id)
+        .where(StepExecution.state == StepState.FAILED, StepExecution.failed_at >= since)
+        .group_by(Workflow.type, StepExecution.step_name, StepExecution.error_class_name)
+        .order_by(count.desc())
+        .limit(limit)
+    ).all()
+    last_ids = [row[5] for row in rows]
+    messages = dict(
+        session.execute(
+            select(StepExecution.id, StepExecution.error_message).where(
+                StepExecution.id.in_(last_ids)
+            )
+        ).all()
+    )
+    return [
+        FailureGroup(
+            workflow_class=type_name,
+            step_name=step_name,
+            error_class=error_class or "(unknown)",
+            count=int(n),
+            last_failed_at=_aware(last_failed),
+            last_message=messages.get(last_id),
+        )
+        for type_name, step_name, error_class, n, last_failed, last_id in rows
+    ]
+
+
+def _aware(value: Any) -> datetime | None:
+    """``max()`` over a column loses the UTC type decorator on SQLite; put the zone back."""
+    from datetime import UTC
+
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value  # type: ignore[no-any-return]
+
+
+# --- signals -------------------------------------------------------------------------------------
+
+INBOX_LIMIT = 500
+
+
+def parked_executions(session: Session) -> list[tuple[StepExecution, Workflow]]:
+    """Executions parked at a signal gate, oldest first (bounded)."""
+    rows = session.execute(
+        select(StepExecution, Workflow)
+        .join(Workflow, Workflow.id == StepExecution.workflow_id)
+        .where(StepExecution.state == StepState.WAITING)
+        .order_by(StepExecution.waiting_since, StepExecution.id)
+        .limit(INBOX_LIMIT)
+    ).all()
+    return [(execution, workflow) for execution, workflow in rows]
+
+
+def pending_signals(session: Session, limit: int = 100) -> list[Signal]:
+    return list(
+        session.scalars(
+            select(Signal)
+            .where(Signal.state == "pending")
+            .order_by(Signal.created_at, Signal.id)
+            .limit(limit)
+        )
+    )
+
+
+def recent_signals(session: Session, limit: int = 50) -> list[Signal]:
+    return list(session.scalars(select(Signal).order_by(Signal.id.desc()).limit(limit)))
+
+
+# --- definitions ---------------------------------------------------------------------------------
+
+
+def ongoing_per_step(session: Session, type_name: str) -> dict[str, int]:
+    rows = session.execute(
+        select(Workflow.next_step_name, func.count())
+        .where(Workflow.type == type_name, Workflow.state.in_(list(ONGOING_WORKFLOW_STATES)))
+        .group_by(Workflow.next_step_name)
+    )
+    return {str(name): int(count) for name, count in rows if name is not None}
+
+
+def definitions() -> dict[str, type[Workflow]]:
+    return dict(sorted(registered_workflows().items()))
+
+
+# --- hero, detail and audit ------------------------------------------------------------------------
+
+HERO_LIMIT = 200
+
+
+def hero_workflows(session: Session, hero_type: str, hero_id: str) -> list[Workflow]:
+    return list(
+        session.scalars(
+            select(Workflow)
+            .where(Workflow.hero_type == hero_type, Workflow.hero_id == hero_id)
+            .order_by(Workflow.id.desc())
+            .limit(HERO_LIMIT)
+        )
+    )
+
+
+def executions_of(session: Session, workflow_id: int) -> list[StepExecution]:
+    return list(
+        session.scalars(
+            select(StepExecution)
+            .where(StepExecution.workflow_id == workflow_id)
+            .order_by(StepExecution.created_at, StepExecution.id)
+        )
+    )
+
+
+def signals_of(session: Session, workflow_id: int) -> list[Signal]:
+    return list(
+        session.scalars(
+            select(Signal)
+            .where(Signal.workflow_id == workflow_id)
+            .order_by(Signal.created_at, Signal.id)
+        )
+    )
+
+
+def actions_of(session: Session, workflow_id: int) -> list[OperatorAction]:
+    return list(
+        session.scalars(
+            select(OperatorAction)
+            .where(OperatorAction.workflow_id == workflow_id)
+            .order_by(OperatorAction.created_at, OperatorAction.id)
+        )
+    )
+
+
+@dataclass(frozen=True)
+class AuditFilters:
+    actor: str = ""
+    action: str = ""
+    workflow: str = ""
+
+    @classmethod
+    def from_args(cls, args: Any) -> AuditFilters:
+        return cls(
+            actor=str(args.get("actor", "") or "").strip(),
+            action=str(args.get("action", "") or "").strip(),
+            workflow=str(args.get("workflow", "") or "").strip(),
+        )
+
+    def as_params(self) -> dict[str, str]:
+        return {k: v for k, v in vars(self).items() if v}
+
+
+def audit_page(session: Session, filters: AuditFilters, after: Any, before: Any) -> Page:
+    stmt = select(OperatorAction)
+    if filters.actor:
+        stmt = stmt.where(OperatorAction.actor == filters.actor)
+    if filters.action:
+        stmt = stmt.where(
+            or_(
+                OperatorAction.action == filters.action,
+                OperatorAction.action == f"bulk_{filters.action}",
+            )
+        )
+    if filters.workflow.isdigit():
+        stmt = stmt.where(OperatorAction.workflow_id == int(filters.workflow))
+    limit = int(current_app.config["PAGE_SIZE"])
+    return keyset_page(session, stmt, OperatorAction.id, after=after, before=before, limit=limit)

@@ -1,0 +1,172 @@
+"""Operator actions (POST only; CSRF and the operator role are checked before any view runs).
+
+HTMX requests get the re-rendered live region plus an ``HX-Trigger`` toast; plain form posts
+get POST/redirect/GET on success, and the page re-rendered with the refusal inline (409/400)
+when the engine says no, so the message sits next to the control either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import current_app, flash, redirect, request, url_for
+
+from app import operator, presenters, queries
+from app.auth import current_user
+from app.extensions import db
+from app.htmx import is_htmx, render, with_trigger
+from app.workflows import bp
+from app.workflows.views import list_context, load_workflow, render_detail
+
+SIMPLE_ACTIONS = ("pause", "resume", "skip", "cancel", "reattempt", "resume_at")
+
+
+def _actor() -> str:
+    user = current_user()
+    assert user is not None  # auth.authorize() refused anonymous POSTs already
+    return user.name
+
+
+def _respond(workflow_id: int, result: operator.ActionResult) -> Any:
+    if not is_htmx() and result.ok:
+        flash(result.message)
+        return redirect(url_for("workflows.detail", workflow_id=workflow_id))
+    db.session.expire_all()
+    workflow = load_workflow(workflow_id)
+    response = render_detail(
+        workflow,
+        status=result.status,
+        refusal=None if result.ok else result.message,
+        notice=result.message if result.ok else None,
+    )
+    return with_trigger(response, "geneva:toast", {"message": result.message, "ok": result.ok})
+
+
+def _action_view(action: str) -> Any:
+    def view(workflow_id: int) -> Any:
+        params = {"step": request.form.get("step", "")} if action == "resume_at" else {}
+        return _respond(workflow_id, operator.perform(_actor(), workflow_id, action, params))
+
+    view.__name__ = action
+    return view
+
+
+for _name in SIMPLE_ACTIONS:
+    bp.add_url_rule(
+        f"/workflows/<int:workflow_id>/{_name}",
+        endpoint=_name,
+        view_func=_action_view(_name),
+        methods=["POST"],
+    )
+
+
+@bp.post("/workflows/<int:workflow_id>/signals")
+def signal(workflow_id: int) -> Any:
+    form = request.form
+    key = form.get("idempotency_key", "").strip() or None
+    params = {"name": form.get("name", "").strip(), "idempotency_key": key}
+    raw_payload = form.get("payload", "")
+    result = operator.perform(
+        _actor(),
+        workflow_id,
+        "signal",
+        params,
+        prepare=lambda: {"payload": operator.parse_payload(raw_payload)},
+    )
+    back = form.get("back")
+    if back == "signals" and result.ok and not is_htmx():
+        flash(f"#{workflow_id}: {result.message}")
+        return redirect(url_for("dashboard.signals"))
+    return _respond(workflow_id, result)
+
+
+# --- bulk -------------------------------------------------------------------------------------
+
+
+def _selection(source: Any) -> tuple[queries.WorkflowFilters, list[int], str]:
+    filters = queries.WorkflowFilters.from_args(source)
+    cap = int(current_app.config["BULK_CAP"])
+    scope = source.get("scope", "selected")
+    error = ""
+    if scope == "all":
+        ids = queries.capped_ids(db.session, filters, cap)
+    else:
+        ids = []
+        for raw in source.getlist("ids"):
+            if str(raw).isdigit():
+                ids.append(int(raw))
+        ids = sorted(set(ids), reverse=True)
+        if not ids:
+            error = "Select workflows first, or choose all workflows matching the filter."
+    if len(ids) > cap:
+        error = (
+            f"More than {cap:,} workflows are selected; one bulk action may touch at most "
+            f"{cap:,}. Narrow the filter and run it again."
+        )
+    return filters, ids, error
+
+
+def _bulk_context(source: Any) -> dict[str, Any]:
+    action = source.get("action", "")
+    if action not in presenters.BULK_ACTIONS:
+        return {"error": "Unknown bulk action.", "status": 400}
+    filters, ids, error = _selection(source)
+    target_step = source.get("target_step", "").strip()
+    if action == "resume_at" and not target_step and not error:
+        error = "Choose the Step to resume at."
+    label, verb = presenters.BULK_ACTIONS[action]
+    return {
+        "action": action,
+        "label": label,
+        "verb": verb,
+        "filters": filters,
+        "ids": ids,
+        "scope": source.get("scope", "selected"),
+        "target_step": target_step,
+        "error": error,
+        "status": 400 if error else 200,
+        "cap": current_app.config["BULK_CAP"],
+    }
+
+
+@bp.get("/workflows/bulk")
+def bulk_preview() -> Any:
+    """How many workflows the action would touch, with a sample, and the confirm button.
+
+    A GET: nothing changes until the confirmation form is posted.
+    """
+    context = _bulk_context(request.args)
+    return render(
+        "workflows/bulk.html",
+        "workflows/_bulk_preview.html",
+        status=context.pop("status"),
+        **context,
+    )
+
+
+@bp.post("/workflows/bulk")
+def bulk() -> Any:
+    context = _bulk_context(request.form)
+    status = context.pop("status")
+    if context.get("error"):
+        return render(
+            "workflows/bulk.html", "workflows/_bulk_preview.html", status=status, **context
+        )
+    params = {"step": context["target_step"]} if context["action"] == "resume_at" else {}
+    selection = {"filters": context["filters"].as_params(), "scope": context["scope"]}
+    result = operator.perform_bulk(_actor(), context["ids"], context["action"], params, selection)
+    message = f"{context['label']}: {result.summary}"
+    if not is_htmx():
+        flash(message)
+        for line in result.messages:
+            flash(line)
+        return redirect(url_for("workflows.index", **context["filters"].as_params()))
+    response = render(
+        "workflows/bulk.html",
+        "workflows/_bulk_result.html",
+        result=result,
+        message=message,
+        action=context["action"],
+        **list_context(context["filters"]),
+    )
+    return with_trigger(response, "geneva:toast", {"message": message, "ok": not result.refused})

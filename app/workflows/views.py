@@ -1,0 +1,86 @@
+"""Read-only workflow views: the filtered list, one workflow, every workflow of one hero."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flask import abort, current_app, request
+
+from app import presenters, queries
+from app.auth import current_user
+from app.extensions import db
+from app.htmx import STOP_POLLING, is_htmx, render
+from app.workflows import bp
+from engine.states import WorkflowState
+from engine.workflow import Workflow, workflow_class
+
+
+def list_context(filters: queries.WorkflowFilters) -> dict[str, Any]:
+    """Everything the list page and its partial show, for ``filters`` and the page cursor."""
+    page = queries.workflow_page(
+        db.session, filters, request.args.get("after"), request.args.get("before")
+    )
+    cls = workflow_class(filters.cls) if filters.cls else None
+    user = current_user()
+    return {
+        "filters": filters,
+        "page": page,
+        "rows": presenters.workflow_rows(db.session, page.items),
+        "classes": sorted(queries.definitions()),
+        "states": [s.value for s in WorkflowState],
+        "due_filters": queries.DUE_FILTERS,
+        "bulk_actions": presenters.BULK_ACTIONS if user is not None and user.can_act else {},
+        "bulk_steps": [s.name for s in cls.steps.runnable] if cls is not None else [],
+        "bulk_cap": current_app.config["BULK_CAP"],
+    }
+
+
+@bp.get("/workflows")
+def index() -> Any:
+    filters = queries.WorkflowFilters.from_args(request.args)
+    return render("workflows/index.html", "workflows/_results.html", **list_context(filters))
+
+
+def load_workflow(workflow_id: int) -> Workflow:
+    workflow = db.session.get(Workflow, workflow_id)
+    if workflow is None:
+        abort(404, description=f"Workflow #{workflow_id} does not exist.")
+    return workflow
+
+
+def render_detail(
+    workflow: Workflow,
+    *,
+    status: int = 200,
+    refusal: str | None = None,
+    notice: str | None = None,
+) -> Any:
+    """The detail page, or its live region for HTMX (polls, actions).
+
+    A terminal workflow's live region is answered with 286, which tells htmx to stop polling
+    (the region is also rendered without its poll trigger, so a swap cannot restart it).
+    """
+    detail = presenters.workflow_detail(db.session, workflow, current_user())
+    detail.refusal = refusal
+    detail.notice = notice
+    if is_htmx() and status == 200 and not detail.live:
+        status = STOP_POLLING
+    return render("workflows/detail.html", "workflows/_live.html", status=status, detail=detail)
+
+
+@bp.get("/workflows/<int:workflow_id>")
+def detail(workflow_id: int) -> Any:
+    return render_detail(load_workflow(workflow_id))
+
+
+@bp.get("/heroes/<hero_type>/<hero_id>")
+def hero(hero_type: str, hero_id: str) -> Any:
+    workflows = queries.hero_workflows(db.session, hero_type, hero_id)
+    return render(
+        "workflows/hero.html",
+        "workflows/_hero.html",
+        hero_type=hero_type,
+        hero_id=hero_id,
+        rows=presenters.workflow_rows(db.session, workflows),
+        limit=queries.HERO_LIMIT,
+    )

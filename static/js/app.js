@@ -1,0 +1,85 @@
+// GenevaDrive dashboard behaviour. No inline script anywhere (the CSP forbids it), and the
+// pages work without this file: forms post, links navigate, nothing polls.
+(function () {
+  "use strict";
+
+  // Live regions poll with hx-trigger="every Ns" and carry data-poll. A hidden tab does not
+  // poll at all (GoodJob's approach): the request is vetoed here rather than with an htmx
+  // trigger filter, because filters are evaluated with Function() and our CSP has no
+  // 'unsafe-eval'. A region with a checked checkbox (a bulk selection in progress) is not
+  // refreshed either, so polling never throws an operator's selection away.
+  document.addEventListener("htmx:beforeRequest", function (evt) {
+    var elt = evt.detail.elt;
+    if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-poll")) return;
+    if (document.visibilityState !== "visible") { evt.preventDefault(); return; }
+    if (elt.querySelector("input[type=checkbox]:checked")) { evt.preventDefault(); }
+  });
+
+  // Confirmation dialogs: hx-confirm opens a <dialog> whose confirm button repeats the
+  // action's label (data-confirm-label), instead of the browser's OK/Cancel box.
+  document.addEventListener("htmx:confirm", function (evt) {
+    var question = evt.detail.question;
+    if (!question) return;
+    evt.preventDefault();
+    var dialog = document.getElementById("confirm-dialog");
+    if (!dialog || typeof dialog.showModal !== "function") {
+      if (window.confirm(question)) evt.detail.issueRequest(true);
+      return;
+    }
+    var source = evt.detail.elt;
+    var label = (source.getAttribute && source.getAttribute("data-confirm-label")) || "Confirm";
+    dialog.querySelector("[data-confirm-question]").textContent = question;
+    var ok = dialog.querySelector("[data-confirm-ok]");
+    ok.textContent = label;
+    dialog.returnValue = "";
+    dialog.addEventListener("close", function onClose() {
+      dialog.removeEventListener("close", onClose);
+      if (dialog.returnValue === "confirm") evt.detail.issueRequest(true);
+    });
+    dialog.showModal();
+    ok.focus();
+  });
+
+  // Toasts from the HX-Trigger header of action responses.
+  function toast(message, ok) {
+    var region = document.getElementById("toasts");
+    if (!region) return;
+    var item = document.createElement("div");
+    item.className = "toast " + (ok ? "toast-ok" : "toast-bad");
+    item.textContent = message;
+    region.appendChild(item);
+    setTimeout(function () { item.remove(); }, 6000);
+  }
+  document.body.addEventListener("geneva:toast", function (evt) {
+    toast(evt.detail.message, evt.detail.ok);
+  });
+  // Errors htmx does not swap (403, 500, network): say so instead of failing silently.
+  document.body.addEventListener("htmx:responseError", function (evt) {
+    var xhr = evt.detail.xhr;
+    if (xhr.status === 400 || xhr.status === 409) return; // swapped inline
+    toast(xhr.responseText ? xhr.responseText.slice(0, 300) : "Request failed (" + xhr.status + ")", false);
+  });
+  document.body.addEventListener("htmx:sendError", function () {
+    toast("The dashboard could not be reached. It will retry.", false);
+  });
+
+  // "Select all on this page" for bulk actions.
+  document.addEventListener("change", function (evt) {
+    var box = evt.target;
+    if (!box.matches || !box.matches("[data-select-page]")) return;
+    document.querySelectorAll("input[name=ids]").forEach(function (item) {
+      item.checked = box.checked;
+    });
+  });
+
+  // Show the times in the operator's own zone next to UTC (titles keep UTC).
+  function localize(root) {
+    (root || document).querySelectorAll("[data-local-time]").forEach(function (elt) {
+      var when = new Date(elt.getAttribute("datetime"));
+      if (isNaN(when)) return;
+      elt.setAttribute("title", elt.getAttribute("title") + " · " + when.toLocaleString());
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () { localize(document); });
+  document.body.addEventListener("htmx:afterSwap", function (evt) { localize(evt.detail.target); });
+})();
