@@ -83,6 +83,9 @@ def skip(workflow: Workflow) -> StepExecution | None:
     if workflow.state == WorkflowState.PAUSED:
         workflow.state = WorkflowState.READY
         workflow.transitioned_at = None
+        running = _release_running(session, workflow, StepState.SKIPPED, Outcome.SKIPPED)
+        if running is not None:
+            signals.settle_for_skipped(session, running)
         failed = session.scalars(
             select(StepExecution)
             .where(
@@ -106,6 +109,38 @@ def skip(workflow: Workflow) -> StepExecution | None:
     return scheduling.schedule_next_step(session, workflow)
 
 
+def _release_running(
+    session: Any, workflow: Workflow, state: str, outcome: str
+) -> StepExecution | None:
+    """Close the execution of a paused workflow whose step body is still running.
+
+    ``pause()`` may land while a step runs; moving the workflow on (``skip``, ``resume_at``)
+    must not leave that execution in_progress next to the new one (the one-active index would
+    refuse the insert). Its finalize then finds it closed and leaves it alone, as after
+    ``cancel()``.
+    """
+    running: StepExecution | None = session.scalars(
+        select(StepExecution)
+        .where(
+            StepExecution.workflow_id == workflow.id,
+            StepExecution.state == StepState.IN_PROGRESS,
+        )
+        .order_by(StepExecution.id)
+        .limit(1)
+    ).first()
+    if running is None:
+        return None
+    now = utcnow()
+    running.state = state
+    running.outcome = outcome
+    if state == StepState.SKIPPED:
+        running.skipped_at = now
+    else:
+        running.canceled_at = now
+    session.flush()
+    return running
+
+
 def resume(workflow: Workflow) -> StepExecution | None:
     """Resume a paused workflow (reference engine-core §5.4).
 
@@ -125,8 +160,15 @@ def resume(workflow: Workflow) -> StepExecution | None:
         and workflow.steps.named(workflow.next_step_name) is None
     ):
         raise _stranded_error(workflow)
-    workflow.state = WorkflowState.READY
     workflow.transitioned_at = None
+    if current is not None and current.state == StepState.IN_PROGRESS:
+        # Paused while its step ran, resumed before the step ended: the step is still running,
+        # so the workflow goes back to performing and the step's result is applied as usual.
+        # (Ready here would make finalize discard the result and leave nothing scheduled.)
+        workflow.state = WorkflowState.PERFORMING
+        session.flush()
+        return current
+    workflow.state = WorkflowState.READY
     if current is not None:
         if current.state == StepState.WAITING:
             signals.rendezvous_waiting(session, workflow, current)
@@ -217,6 +259,7 @@ def resume_at(workflow: Workflow, step_name: Any) -> StepExecution:
         )
     session = _locked(workflow)
     _check("resume_at", workflow, states.can_resume_at(workflow.state))
+    _release_running(session, workflow, StepState.CANCELED, Outcome.CANCELED)
     workflow.state = WorkflowState.READY
     workflow.current_step_name = None
     workflow.transitioned_at = None

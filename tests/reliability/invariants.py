@@ -57,9 +57,7 @@ class InvariantReport:
         self.violations.append(message)
 
     def __str__(self) -> str:
-        head = (
-            f"{self.workflows} workflows, {self.executions} executions, {self.signals} signals: "
-        )
+        head = f"{self.workflows} workflows, {self.executions} executions, {self.signals} signals: "
         if self.ok:
             return head + "all invariants hold"
         shown = "\n  ".join(self.violations[:50])
@@ -181,7 +179,9 @@ def evaluate(
         wf = workflows.get(workflow_id)
         if wf is not None and states.is_terminal(wf.state):
             listing = ", ".join(f"{r.id}:{r.state}" for r in rows)
-            report.add(f"workflow {workflow_id} is {wf.state} but has current execution(s) {listing}")
+            report.add(
+                f"workflow {workflow_id} is {wf.state} but has current execution(s) {listing}"
+            )
     for signal_id, ids in attached_current.items():
         if len(ids) > 1:
             report.add(f"signal {signal_id}: attached to {len(ids)} current executions {ids}")

@@ -21,15 +21,25 @@ def wf(id, state="ready"):
 
 def ex(id, workflow_id, state="scheduled", outcome=None, signal_id=None, step_name="a"):
     return SimpleNamespace(
-        id=id, workflow_id=workflow_id, state=state, outcome=outcome, signal_id=signal_id,
+        id=id,
+        workflow_id=workflow_id,
+        state=state,
+        outcome=outcome,
+        signal_id=signal_id,
         step_name=step_name,
     )
 
 
 def sig(id, workflow_id, state="pending", claimed=0, consumed=0, claimed_at=None, consumed_at=None):
     return SimpleNamespace(
-        id=id, workflow_id=workflow_id, name="s", state=state, claimed=claimed, consumed=consumed,
-        claimed_at=claimed_at, consumed_at=consumed_at,
+        id=id,
+        workflow_id=workflow_id,
+        name="s",
+        state=state,
+        claimed=claimed,
+        consumed=consumed,
+        claimed_at=claimed_at,
+        consumed_at=consumed_at,
     )
 
 
@@ -39,20 +49,26 @@ CASES = {
     "two active": ({1: wf(1)}, [ex(1, 1), ex(2, 1, "in_progress")], {}, "scheduled/in_progress"),
     "two current": ({1: wf(1)}, [ex(1, 1), ex(2, 1, "waiting")], {}, "current executions"),
     "illegal outcome": ({1: wf(1)}, [ex(1, 1, "completed", "failed")], {}, "illegal state/outcome"),
-    "outcome on live": ({1: wf(1)}, [ex(1, 1, "scheduled", "success")], {}, "illegal state/outcome"),
+    "outcome on live": (
+        {1: wf(1)},
+        [ex(1, 1, "scheduled", "success")],
+        {},
+        "illegal state/outcome",
+    ),
     "unknown step state": ({1: wf(1)}, [ex(1, 1, "zombie")], {}, "unknown state"),
     "unknown wf state": ({1: wf(1, "sleeping")}, [], {}, "unknown state"),
     "orphan execution": ({}, [ex(1, 99, "completed", "success")], {}, "orphaned"),
     "orphan signal": ({}, [], {1: sig(1, 5)}, "orphaned"),
     "finished with current": ({1: wf(1, "finished")}, [ex(1, 1)], {}, "finished but has current"),
     "canceled with waiting": ({1: wf(1, "canceled")}, [ex(1, 1, "waiting")], {}, "canceled but"),
-    "consumed > claimed": (
-        {1: wf(1)}, [], {1: sig(1, 1, "consumed", 1, 2, NOW, NOW)}, "counters"
-    ),
+    "consumed > claimed": ({1: wf(1)}, [], {1: sig(1, 1, "consumed", 1, 2, NOW, NOW)}, "counters"),
     "pending but claimed": ({1: wf(1)}, [], {1: sig(1, 1, "pending", 1, 0, NOW)}, "state pending"),
     "claimed with zero": ({1: wf(1)}, [], {1: sig(1, 1, "claimed", 0, 0)}, "state claimed"),
     "consumed with zero": (
-        {1: wf(1)}, [], {1: sig(1, 1, "consumed", 1, 0, NOW, NOW)}, "consumed with consumed=0"
+        {1: wf(1)},
+        [],
+        {1: sig(1, 1, "consumed", 1, 0, NOW, NOW)},
+        "consumed with consumed=0",
     ),
     "consumed_at missing": ({1: wf(1)}, [], {1: sig(1, 1, "consumed", 1, 1, NOW)}, "consumed_at"),
     "signal on two": (
@@ -62,12 +78,16 @@ CASES = {
         "attached to 2 current",
     ),
     "foreign signal": (
-        {1: wf(1), 2: wf(2)}, [ex(1, 1, signal_id=1)], {1: sig(1, 2, "claimed", 1, 0, NOW)},
+        {1: wf(1), 2: wf(2)},
+        [ex(1, 1, signal_id=1)],
+        {1: sig(1, 2, "claimed", 1, 0, NOW)},
         "belongs to workflow 2",
     ),
     "unclaimed attached": ({1: wf(1)}, [ex(1, 1, signal_id=1)], {1: sig(1, 1)}, "never claimed"),
     "waiting with signal": (
-        {1: wf(1)}, [ex(1, 1, "waiting", signal_id=1)], {1: sig(1, 1, "claimed", 1, 0, NOW)},
+        {1: wf(1)},
+        [ex(1, 1, "waiting", signal_id=1)],
+        {1: sig(1, 1, "claimed", 1, 0, NOW)},
         "parked at the gate",
     ),
     "missing signal": ({1: wf(1)}, [ex(1, 1, signal_id=7)], {}, "does not exist"),
@@ -83,8 +103,9 @@ def test_each_kind_of_damage_is_reported(name):
 
 
 def test_quiescent_rules():
-    report = evaluate({1: wf(1), 2: wf(2, "performing")}, [ex(1, 2, "in_progress")], {},
-                      quiescent=True)
+    report = evaluate(
+        {1: wf(1), 2: wf(2, "performing")}, [ex(1, 2, "in_progress")], {}, quiescent=True
+    )
     text_ = "\n".join(report.violations)
     assert "ready with 0 current" in text_
     assert "still performing" in text_

@@ -1,0 +1,22 @@
+"""Fixtures of the reliability suite."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+
+from engine import executor
+
+
+@pytest.fixture
+def rdb(geneva_database: Any, geneva_transport: Any, geneva_session: Any) -> Iterator[Engine]:
+    """The test database (SQLite or PostgreSQL) with recorded transport and restored settings.
+
+    Tests open their own sessions per thread through engine.db (each its own connection).
+    """
+    executor.clear_shutdown()
+    yield geneva_database.engine
+    executor.clear_shutdown()
