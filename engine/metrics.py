@@ -296,7 +296,7 @@ class SnapshotCache:
         age_limit = self.max_age if max_age is None else max_age
         engine = bind or (session.get_bind() if session is not None else db.get_engine())
         key = (
-            id(engine),
+            engine,
             settings.waiting_visibility_threshold,
             settings.stuck_in_progress_threshold,
         )

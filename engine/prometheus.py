@@ -61,7 +61,6 @@ START_DELAY_BUCKETS = (
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
     7200.0,
 )  # fmt: skip
-HOUSEKEEPING_DURATION_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
 
 #: Housekeeping report keys (the gem's result keys) → the counter and label they feed.
 HOUSEKEEPING_CLEANED_UP = {
@@ -100,7 +99,6 @@ class EventMetrics:
     housekeeping_runs: Counter
     housekeeping_cleaned_up: Counter
     housekeeping_recovered: Counter
-    housekeeping_duration: Histogram
     housekeeping_last_run: Gauge
 
     @classmethod
@@ -157,12 +155,6 @@ class EventMetrics:
                 "geneva_drive_housekeeping_recovered",
                 "Stuck step executions recovered by housekeeping.",
                 ["kind"],
-                registry=registry,
-            ),
-            housekeeping_duration=Histogram(
-                "geneva_drive_housekeeping_duration_seconds",
-                "Duration of housekeeping passes.",
-                buckets=HOUSEKEEPING_DURATION_BUCKETS,
                 registry=registry,
             ),
             housekeeping_last_run=Gauge(
@@ -297,9 +289,6 @@ def _on_housekeeping(sender: Any, **payload: Any) -> None:
     for key, kind in HOUSEKEEPING_RECOVERED.items():
         if values.get(key):
             metrics.housekeeping_recovered.labels(kind).inc(values[key])
-    duration = payload.get("duration")
-    if duration is not None:
-        metrics.housekeeping_duration.observe(duration)
     metrics.housekeeping_runs.inc()
     metrics.housekeeping_last_run.set(time.time())
 

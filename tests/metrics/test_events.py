@@ -1,0 +1,168 @@
+"""Event metrics in one process: the executor, signals, operator actions and housekeeping
+feed the counters and histograms through the blinker events (engine.prometheus.install)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from prometheus_client import REGISTRY
+from sqlalchemy import update
+
+from engine import Workflow, housekeeping, instrumentation, prometheus, step
+from engine.housekeeping import HousekeepingReport
+from engine.models import StepExecution, utcnow
+from engine.testing import perform_next_step, speedrun_workflow
+from tests.conftest import Order
+
+
+@pytest.fixture(autouse=True)
+def installed():  # type: ignore[no-untyped-def]
+    return prometheus.install()
+
+
+def value(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+class MetricsEventsWorkflow(Workflow):
+    workflow_name = "metrics_events_flow"
+
+    @step
+    def first(self):
+        pass
+
+    @step(skip_if=lambda wf: True)
+    def skipped(self):
+        pass
+
+    @step(on_exception="cancel")
+    def broken(self):
+        raise ValueError("boom")
+
+
+class MetricsSignalWorkflow(Workflow):
+    workflow_name = "metrics_signal_flow"
+
+    @step(wait_for="go")
+    def wait_here(self):
+        pass
+
+
+def _hero(session):  # type: ignore[no-untyped-def]
+    order = Order()
+    session.add(order)
+    session.flush()
+    return order
+
+
+def test_step_outcomes_and_durations_are_counted(geneva_session):
+    labels = {"workflow": "metrics_events_flow"}
+    before = {
+        "completed": value("geneva_drive_step_executions_total", **labels, step="first",
+                           outcome="completed"),
+        "skipped": value("geneva_drive_step_executions_total", **labels, step="skipped",
+                         outcome="precondition_skipped"),
+        "exception": value("geneva_drive_step_executions_total", **labels, step="broken",
+                           outcome="exception"),
+        "duration": value("geneva_drive_step_duration_seconds_count", **labels, step="first"),
+    }  # fmt: skip
+    wf = MetricsEventsWorkflow.create(hero=_hero(geneva_session))
+    with pytest.raises(ValueError):
+        speedrun_workflow(wf)
+    assert wf.state == "canceled"
+
+    assert value("geneva_drive_step_executions_total", **labels, step="first",
+                 outcome="completed") == before["completed"] + 1  # fmt: skip
+    assert value("geneva_drive_step_executions_total", **labels, step="skipped",
+                 outcome="precondition_skipped") == before["skipped"] + 1  # fmt: skip
+    assert value("geneva_drive_step_executions_total", **labels, step="broken",
+                 outcome="exception") == before["exception"] + 1  # fmt: skip
+    assert (
+        value("geneva_drive_step_duration_seconds_count", **labels, step="first")
+        == before["duration"] + 1
+    )
+    # The skipped step's body never ran: no duration for it.
+    assert value("geneva_drive_step_duration_seconds_count", **labels, step="skipped") == 0
+
+
+def test_start_delay_is_started_at_minus_scheduled_for(geneva_session):
+    labels = {"workflow": "metrics_events_flow"}
+    count = value("geneva_drive_step_start_delay_seconds_count", **labels)
+    total = value("geneva_drive_step_start_delay_seconds_sum", **labels)
+    le30 = value("geneva_drive_step_start_delay_seconds_bucket", **labels, le="30.0")
+    le60 = value("geneva_drive_step_start_delay_seconds_bucket", **labels, le="60.0")
+
+    wf = MetricsEventsWorkflow.create(hero=_hero(geneva_session))
+    geneva_session.execute(
+        update(StepExecution)
+        .where(StepExecution.workflow_id == wf.id)
+        .values(scheduled_for=utcnow() - timedelta(seconds=42))
+    )
+    perform_next_step(wf)
+
+    assert value("geneva_drive_step_start_delay_seconds_count", **labels) == count + 1
+    delay = value("geneva_drive_step_start_delay_seconds_sum", **labels) - total
+    assert 42 <= delay < 50
+    assert value("geneva_drive_step_start_delay_seconds_bucket", **labels, le="30.0") == le30
+    assert value("geneva_drive_step_start_delay_seconds_bucket", **labels, le="60.0") == le60 + 1
+
+
+def test_signals_are_counted_by_result_under_the_stored_type(geneva_session):
+    labels = {"workflow": "metrics_signal_flow"}
+    delivered = value("geneva_drive_signals_total", **labels, result="delivered")
+    duplicate = value("geneva_drive_signals_total", **labels, result="duplicate")
+
+    wf = MetricsSignalWorkflow.create(hero=_hero(geneva_session))
+    geneva_session.commit()
+    wf.signal("go", {"n": 1}, idempotency_key="k-1")
+    wf.signal("go", {"n": 1}, idempotency_key="k-1")
+    geneva_session.commit()
+
+    assert value("geneva_drive_signals_total", **labels, result="delivered") == delivered + 1
+    assert value("geneva_drive_signals_total", **labels, result="duplicate") == duplicate + 1
+
+
+def test_operator_actions_are_counted_with_a_bounded_label():
+    pause = value("geneva_drive_operator_actions_total", action="pause")
+    other = value("geneva_drive_operator_actions_total", action="other")
+    instrumentation.operator_action.send("app", action="pause", workflow_id=7, actor="alice")
+    instrumentation.operator_action.send("app", action="Robert'); DROP TABLE", workflow_id=8)
+    assert value("geneva_drive_operator_actions_total", action="pause") == pause + 1
+    assert value("geneva_drive_operator_actions_total", action="other") == other + 1
+
+
+def test_housekeeping_reports_are_counted():
+    runs = value("geneva_drive_housekeeping_runs_total")
+    cleaned = value("geneva_drive_housekeeping_cleaned_up_total", kind="step_executions")
+    recovered = value("geneva_drive_housekeeping_recovered_total", kind="stuck_scheduled")
+    report = HousekeepingReport(step_executions_cleaned_up=12, stuck_scheduled_recovered=3)
+    instrumentation.housekeeping_performed.send("engine", report=report)
+    assert value("geneva_drive_housekeeping_runs_total") == runs + 1
+    assert value("geneva_drive_housekeeping_cleaned_up_total", kind="step_executions") == (
+        cleaned + 12
+    )
+    assert value("geneva_drive_housekeeping_recovered_total", kind="stuck_scheduled") == (
+        recovered + 3
+    )
+
+
+def test_a_real_housekeeping_run_is_counted(geneva_session):
+    runs = value("geneva_drive_housekeeping_runs_total")
+    started = utcnow().timestamp()
+    housekeeping.run()
+    assert value("geneva_drive_housekeeping_runs_total") == runs + 1
+    assert value("geneva_drive_housekeeping_last_run_timestamp_seconds") >= started - 1
+
+
+def test_install_is_idempotent_and_uninstall_disconnects(installed):
+    assert prometheus.install() is installed
+    prometheus.uninstall()
+    try:
+        assert prometheus.installed() is None
+        # Events sent now reach no receiver and raise nothing.
+        instrumentation.operator_action.send("app", action="pause")
+    finally:
+        again = prometheus.install()
+    assert again is not installed
+    assert prometheus.install() is again

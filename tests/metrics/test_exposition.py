@@ -1,0 +1,208 @@
+"""GET /metrics on the dashboard: parsed with prometheus-client's own parser and checked
+against seeded rows; the bearer token; the scrape cache."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from engine import metrics
+from engine.config import settings
+from engine.prometheus import DatabaseCollector
+from tests.metrics.seed import EXPECTED, EXPECTED_STATES, OLDEST_OVERDUE
+
+DB_GAUGES = {
+    "geneva_drive_workflows": {"workflow", "state"},
+    "geneva_drive_paused_ratio": {"workflow"},
+    "geneva_drive_waiting_step_executions": {"workflow"},
+    "geneva_drive_waiting_overdue": {"workflow"},
+    "geneva_drive_overdue_step_executions": {"workflow"},
+    "geneva_drive_stuck_in_progress": {"workflow"},
+    "geneva_drive_oldest_overdue_seconds": set(),
+}
+#: Every label any geneva_drive_* series may carry: names and fixed vocabularies, never ids.
+ALLOWED_LABELS = {"workflow", "state", "step", "outcome", "result", "action", "kind", "le"}
+
+
+@pytest.fixture
+def app(geneva_database, geneva_session) -> Iterator[object]:
+    from app import create_app
+    from app.extensions import db
+
+    options: dict[str, object] = {}
+    if geneva_database.schema is not None:
+        options = {"connect_args": {"options": f"-csearch_path={geneva_database.schema}"}}
+    flask_app = create_app(
+        {
+            "TESTING": True,
+            "SQLALCHEMY_DATABASE_URI": geneva_database.url,
+            "SQLALCHEMY_ENGINE_OPTIONS": options,
+            "METRICS_TOKEN": None,
+        }
+    )
+    yield flask_app
+    with flask_app.app_context():
+        db.engine.dispose()
+
+
+def scrape(client, **headers) -> dict[str, object]:  # type: ignore[no-untyped-def]
+    response = client.get("/metrics", headers=headers)
+    assert response.status_code == 200, response.get_data(as_text=True)
+    assert response.content_type.startswith("text/plain; version=0.0.4")
+    return {f.name: f for f in text_string_to_metric_families(response.get_data(as_text=True))}
+
+
+def samples(family) -> dict[tuple[tuple[str, str], ...], float]:  # type: ignore[no-untyped-def]
+    return {tuple(sorted(s.labels.items())): s.value for s in family.samples}
+
+
+def test_database_gauges_match_the_seeded_rows(app, seeded):
+    families = scrape(app.test_client())
+
+    for name, labels in DB_GAUGES.items():
+        family = families[name]
+        assert family.type == "gauge", name
+        assert family.documentation, name
+        for sample in family.samples:
+            assert set(sample.labels) == labels, (name, sample.labels)
+
+    workflows = samples(families["geneva_drive_workflows"])
+    expected_workflows = {
+        (("state", state), ("workflow", workflow)): float(count)
+        for workflow, states in EXPECTED_STATES.items()
+        for state, count in states.items()
+    }
+    assert workflows == expected_workflows  # every state of every class, zeros included
+
+    per_class = {
+        "geneva_drive_paused_ratio": 0,
+        "geneva_drive_waiting_step_executions": 1,
+        "geneva_drive_waiting_overdue": 2,
+        "geneva_drive_overdue_step_executions": 3,
+        "geneva_drive_stuck_in_progress": 4,
+    }
+    for name, index in per_class.items():
+        got = {dict(k)["workflow"]: v for k, v in samples(families[name]).items()}
+        assert got == pytest.approx({w: e[index] for w, e in EXPECTED.items()}), name
+
+    [oldest] = families["geneva_drive_oldest_overdue_seconds"].samples
+    # Seeded 10 minutes overdue at `seeded`; the scrape happens a moment later.
+    assert OLDEST_OVERDUE.total_seconds() <= oldest.value < OLDEST_OVERDUE.total_seconds() + 60
+    assert samples(families["geneva_drive_database_up"]) == {(): 1.0}
+
+
+def test_labels_never_carry_ids(app, seeded, geneva_session):
+    from sqlalchemy import select
+
+    from engine.models import StepExecution
+    from engine.workflow import Workflow
+
+    ids = {str(i) for i in geneva_session.scalars(select(Workflow.id))}
+    ids |= {str(i) for i in geneva_session.scalars(select(StepExecution.id))}
+    families = scrape(app.test_client())
+    for family in families.values():
+        if not family.name.startswith("geneva_drive_"):
+            continue
+        for sample in family.samples:
+            assert set(sample.labels) <= ALLOWED_LABELS, (family.name, sample.labels)
+            for key, value in sample.labels.items():
+                if key != "le":
+                    assert value not in ids, (family.name, sample.labels)
+
+
+def test_waiting_overdue_is_absent_when_the_threshold_is_disabled(app, seeded):
+    settings.waiting_visibility_threshold = None
+    families = scrape(app.test_client())
+    assert "geneva_drive_waiting_overdue" not in families
+    assert "geneva_drive_waiting_step_executions" in families
+
+
+def test_bearer_token_is_required_when_configured(app, seeded):
+    app.config["METRICS_TOKEN"] = "s3cret-token"
+    client = app.test_client()
+
+    missing = client.get("/metrics")
+    assert missing.status_code == 401
+    assert missing.headers["WWW-Authenticate"].startswith("Bearer")
+    assert "geneva_drive" not in missing.get_data(as_text=True)
+    assert client.get("/metrics", headers={"Authorization": "Bearer wrong"}).status_code == 401
+    assert (
+        client.get("/metrics", headers={"Authorization": "Basic s3cret-token"}).status_code == 401
+    )
+
+    families = scrape(client, Authorization="Bearer s3cret-token")
+    assert "geneva_drive_workflows" in families
+
+
+def test_token_from_the_environment(geneva_database, geneva_session, monkeypatch):
+    from app import create_app
+    from app.extensions import db
+
+    monkeypatch.setenv("GENEVA_METRICS_TOKEN", "12345")  # JSON-parsed to an int by Flask
+    options: dict[str, object] = {}
+    if geneva_database.schema is not None:
+        options = {"connect_args": {"options": f"-csearch_path={geneva_database.schema}"}}
+    flask_app = create_app(
+        {
+            "TESTING": True,
+            "SQLALCHEMY_DATABASE_URI": geneva_database.url,
+            "SQLALCHEMY_ENGINE_OPTIONS": options,
+        }
+    )
+    try:
+        client = flask_app.test_client()
+        assert client.get("/metrics").status_code == 401
+        assert client.get("/metrics", headers={"Authorization": "Bearer 12345"}).status_code == 200
+    finally:
+        with flask_app.app_context():
+            db.engine.dispose()
+
+
+def test_second_scrape_within_the_ttl_runs_no_query(app, seeded, count_statements):
+    from app.extensions import db
+
+    client = app.test_client()
+    with app.app_context():
+        engine = db.engine
+    with count_statements(engine) as counter:
+        first = scrape(client)
+        after_first = counter.count
+        second = scrape(client)
+    assert after_first == 4, counter.statements
+    assert counter.count == after_first, "the second scrape within 5 s must not query"
+    assert samples(first["geneva_drive_workflows"]) == samples(second["geneva_drive_workflows"])
+
+
+def test_a_scrape_after_the_ttl_queries_again(app, seeded, count_statements, monkeypatch):
+    from app.extensions import db
+
+    client = app.test_client()
+    with app.app_context():
+        engine = db.engine
+    scrape(client)
+    monkeypatch.setattr(metrics._cache, "max_age", 0.0)
+    with count_statements(engine) as counter:
+        scrape(client)
+    assert counter.count == 4
+
+
+def test_database_errors_become_database_up_zero():
+    def broken() -> metrics.MetricsSnapshot:
+        raise RuntimeError("database is down")
+
+    families = list(DatabaseCollector(broken).collect())
+    assert [f.name for f in families] == ["geneva_drive_database_up"]
+    assert families[0].samples[0].value == 0
+
+
+def test_overview_and_metrics_show_the_same_numbers(app, seeded):
+    """The dashboard's overview calls engine.metrics.get_snapshot(): same cache, same numbers."""
+    families = scrape(app.test_client())
+    snapshot = metrics.get_snapshot()
+    overdue = samples(families["geneva_drive_overdue_step_executions"])
+    assert sum(overdue.values()) == snapshot.overdue == 2
+    assert families["geneva_drive_oldest_overdue_seconds"].samples[0].value == pytest.approx(
+        snapshot.oldest_overdue_seconds
+    )
