@@ -130,9 +130,13 @@ def housekeeping_task() -> dict[str, int]:
 def _on_worker_init(**_: Any) -> None:
     # The main worker process: the solo and threads pools run steps here, and prefork children
     # inherit the imported workflow classes.
+    from engine import prometheus
     from engine.bootstrap import import_workflow_modules
 
     import_workflow_modules()
+    # Event metrics (inherited by prefork children) and GENEVA_WORKER_METRICS_PORT's server.
+    prometheus.install()
+    prometheus.start_worker_server()
 
 
 def _on_worker_process_init(**_: Any) -> None:

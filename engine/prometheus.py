@@ -441,25 +441,3 @@ def start_worker_server(port: int | None = None, addr: str | None = None) -> boo
     start_http_server(port, addr=addr, registry=exposition_registry())
     log.info("worker metrics on http://%s:%s/metrics", addr, port)
     return True
-
-
-_celery_hooked = False
-
-
-def install_celery_hooks() -> None:
-    """Install the event metrics in a Celery worker and start its metrics server.
-
-    Connects to ``worker_init`` (the main process, before the pool forks): the receivers are
-    then inherited by every child, and the HTTP server runs once per worker.
-    """
-    global _celery_hooked
-    if _celery_hooked:
-        return
-    from celery.signals import worker_init
-
-    def _on_worker_init(**_kwargs: Any) -> None:
-        install()
-        start_worker_server()
-
-    worker_init.connect(_on_worker_init, weak=False)
-    _celery_hooked = True
