@@ -135,11 +135,13 @@ def run_dispatcher(
     *,
     interval: float | None = None,
     housekeeping: bool = True,
+    dispatch: bool = True,
 ) -> None:
     """Dispatch every ``interval`` seconds (default ``settings.dispatch_interval``) until stopped.
 
     Also runs :func:`engine.housekeeping.run` every ``settings.housekeeping_interval`` when
-    ``housekeeping`` is true. Errors are reported and the loop carries on: a database restart
+    ``housekeeping`` is true. ``dispatch=False`` runs housekeeping alone (the embedded worker
+    reads due executions from the table itself, so it needs no sends). Errors are reported and the loop carries on: a database restart
     must not need a dispatcher restart.
     """
     from engine.housekeeping import run as run_housekeeping
@@ -147,11 +149,12 @@ def run_dispatcher(
     next_housekeeping = time.monotonic()
     log.info("dispatcher started")
     while not stop_event.is_set():
-        try:
-            dispatch_due()
-        except Exception as error:
-            log.exception("dispatch sweep failed; retrying next interval")
-            report_error(error, {"component": "dispatcher"})
+        if dispatch:
+            try:
+                dispatch_due()
+            except Exception as error:
+                log.exception("dispatch sweep failed; retrying next interval")
+                report_error(error, {"component": "dispatcher"})
         if housekeeping and time.monotonic() >= next_housekeeping:
             try:
                 run_housekeeping()

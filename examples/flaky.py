@@ -1,0 +1,45 @@
+"""Feed import, the one that fails: a flaky feed times out twice and is reattempted (after a
+few seconds) until it works; a broken feed has a malformed row, the parse raises, and the
+workflow pauses with the error for an operator to look at (then skip, reattempt or cancel)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from engine import ExceptionPolicy, Workflow, step
+from examples._work import work
+
+
+class FeedTimeout(Exception):
+    pass
+
+
+class FeedImportWorkflow(Workflow):
+    exception_policies = (
+        ExceptionPolicy(
+            "reattempt",
+            matching=FeedTimeout,
+            wait=timedelta(seconds=5),
+            max_reattempts=3,
+            # Timeouts are expected; only the one that exhausts the reattempts is reported.
+            report="terminal_only",
+        ),
+    )
+
+    @step
+    def fetch(self) -> None:
+        work()
+        feed = self.hero
+        feed.fetch_attempts += 1
+        if feed.kind == "flaky" and feed.fetch_attempts <= 2:
+            raise FeedTimeout(f"{feed.url} did not answer within 10 s")
+
+    @step
+    def parse(self) -> None:
+        work()
+        if self.hero.kind == "broken":
+            raise ValueError(f"malformed row 17 in {self.hero.url}: expected 6 columns, got 5")
+
+    @step
+    def publish(self) -> None:
+        work()

@@ -1,0 +1,287 @@
+"""Demo data: a few hundred workflows in every state, driven there by the real executor.
+
+:func:`seed` runs once per database (it does nothing when demo workflows exist already) and
+leaves: scheduled work due now, soon and in days; overdue executions; payments parked for a
+signal and one with a buffered signal; workflows paused after an error; workflows stranded
+on a deleted step and executions in flight on a removed step (gravestone); finished and
+canceled workflows; campaign chains part-way through their resumable step.
+
+:func:`run_ticker` keeps the demo alive: every couple of seconds it starts a new workflow and
+confirms a parked payment, so the dashboard always has something moving.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import select, update
+
+from engine import db, executor
+from engine.instrumentation import set_error_reporter
+from engine.models import StepExecution, utcnow
+from engine.states import CURRENT_STEP_STATES
+from engine.workflow import Workflow
+from examples import _work
+from examples.campaign import CampaignWorkflow
+from examples.flaky import FeedImportWorkflow
+from examples.models import DemoCampaign, DemoCustomer, DemoFeed, DemoOrder, DemoSubscriber
+from examples.onboarding import OnboardingWorkflow
+from examples.payment import PaymentWorkflow
+
+log = logging.getLogger(__name__)
+
+DEMO_TYPES = [
+    OnboardingWorkflow.workflow_name,
+    PaymentWorkflow.workflow_name,
+    CampaignWorkflow.workflow_name,
+    FeedImportWorkflow.workflow_name,
+]
+
+
+def is_seeded() -> bool:
+    with db.new_session() as session:
+        found = session.scalar(select(Workflow.id).where(Workflow.type.in_(DEMO_TYPES)).limit(1))
+    return found is not None
+
+
+def seed(scale: int = 1) -> int:
+    """Create the demo workflows (``scale`` multiplies the counts); return how many."""
+    if is_seeded():
+        log.info("demo data already present; not seeding again")
+        return 0
+    rng = random.Random(42)
+    _work.enabled = False  # no simulated latency while seeding
+    # The flaky and broken feeds fail on purpose; their errors are on the executions.
+    set_error_reporter(lambda error, context: None)
+    try:
+        created = 0
+        created += _seed_onboarding(rng, scale)
+        created += _seed_payments(rng, scale)
+        created += _seed_campaigns(scale)
+        created += _seed_feeds(scale)
+    finally:
+        _work.enabled = True
+        set_error_reporter(None)
+    log.info("seeded %d demo workflows", created)
+    return created
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+def _create(cls: type[Workflow], hero: Any) -> int:
+    with db.transaction() as session:
+        session.add(hero)
+        session.flush()
+        workflow = cls.create(hero=hero, session=session)
+        return int(workflow.id)
+
+
+def _current(workflow_id: int) -> StepExecution | None:
+    with db.new_session() as session:
+        return session.scalars(
+            select(StepExecution)
+            .where(
+                StepExecution.workflow_id == workflow_id,
+                StepExecution.state.in_([str(s) for s in CURRENT_STEP_STATES]),
+            )
+            .order_by(StepExecution.id)
+            .limit(1)
+        ).first()
+
+
+def _advance(workflow_id: int, steps: int = 1, **options: Any) -> None:
+    """Run the current execution ``steps`` times, whatever its scheduled time (like speedrun)."""
+    for _ in range(steps):
+        current = _current(workflow_id)
+        if current is None or current.state != "scheduled":
+            return
+        try:
+            executor.execute(current.id, **options)
+        except Exception:
+            # The step's own error: the executor recorded it on the execution (that is the
+            # point of the "paused after an error" demo rows).
+            pass
+
+
+def _finish(workflow_id: int) -> None:
+    _advance(workflow_id, 50, interruptible=False)
+
+
+def _move_current(workflow_id: int, **values: Any) -> None:
+    current = _current(workflow_id)
+    if current is None:
+        return
+    with db.transaction() as session:
+        session.execute(
+            update(StepExecution).where(StepExecution.id == current.id).values(**values)
+        )
+
+
+def _operate(workflow_id: int, action: str) -> None:
+    with db.transaction() as session:
+        workflow = session.get(Workflow, workflow_id)
+        assert workflow is not None
+        getattr(workflow, action)()
+
+
+# --- scenarios -----------------------------------------------------------------------------------
+
+
+def _seed_onboarding(rng: random.Random, scale: int) -> int:
+    now = utcnow()
+    count = 0
+
+    def customer(i: int) -> DemoCustomer:
+        return DemoCustomer(email=f"user{i}@example.com", profile_complete=rng.random() < 0.3)
+
+    for i in range(120 * scale):
+        wf = _create(OnboardingWorkflow, customer(i))
+        count += 1
+        bucket = i % 12
+        if bucket in (0, 1):
+            pass  # ready, first step due now
+        elif bucket in (2, 3, 4):
+            _advance(wf, 1)  # nudge scheduled in 20 s
+        elif bucket in (5, 6, 7):
+            _advance(wf, 2)  # tips scheduled in two days
+        elif bucket == 8:
+            _advance(wf, 2)  # overdue: its time passed while no worker ran
+            _move_current(wf, scheduled_for=now - timedelta(minutes=rng.randint(3, 90)))
+        elif bucket == 9:
+            _finish(wf)
+        elif bucket == 10:
+            if i % 24 == 10:
+                _operate(wf, "cancel")
+            else:
+                # Stranded: its step was deleted without a gravestone; the run pauses it.
+                _move_current(wf, step_name="send_sms")
+                _advance(wf, 1)
+        else:
+            _advance(wf, 1)  # in flight on the removed step: drains when due
+            _move_current(wf, step_name="send_fax", scheduled_for=now + timedelta(hours=6))
+    return count
+
+
+def _seed_payments(rng: random.Random, scale: int) -> int:
+    count = 0
+    for i in range(80 * scale):
+        order = DemoOrder(amount_cents=rng.randint(500, 50_000), voided=False)
+        wf = _create(PaymentWorkflow, order)
+        count += 1
+        bucket = i % 8
+        if bucket in (0, 1, 2, 3):
+            _advance(wf, 2)  # parked, waiting for payment_confirmed
+        elif bucket == 4:
+            _advance(wf, 2)
+            _signal(wf, order.amount_cents)
+            _finish(wf)
+        elif bucket == 5:
+            _signal(wf, order.amount_cents)  # buffered before the gate is reached
+        elif bucket == 6:
+            _operate(wf, "cancel")
+        else:
+            _advance(wf, 2)
+            _operate(wf, "pause")
+    return count
+
+
+def _signal(workflow_id: int, amount_cents: int) -> None:
+    with db.transaction() as session:
+        workflow = session.get(Workflow, workflow_id)
+        assert workflow is not None
+        workflow.signal(
+            "payment_confirmed",
+            {"amount_cents": amount_cents},
+            idempotency_key=f"evt_{workflow_id}",
+        )
+
+
+def _seed_campaigns(scale: int) -> int:
+    count = 0
+    for i in range(12 * scale):
+        with db.transaction() as session:
+            campaign = DemoCampaign(name=f"Spring sale #{i + 1}", delivered=0)
+            session.add(campaign)
+            session.flush()
+            session.add_all(
+                DemoSubscriber(campaign_id=campaign.id, email=f"s{n}@c{campaign.id}.example")
+                for n in range(100)
+            )
+            campaign_id = campaign.id
+        with db.transaction() as session:
+            hero = session.get(DemoCampaign, campaign_id)
+            wf = int(CampaignWorkflow.create(hero=hero, session=session).id)
+        count += 1
+        if i % 3 == 0:
+            _advance(wf, 3)  # prepare, then two links of the deliver chain
+        elif i % 3 == 1:
+            _finish(wf)
+    return count
+
+
+def _seed_feeds(scale: int) -> int:
+    count = 0
+    for i in range(40 * scale):
+        kind = ("healthy", "flaky", "broken", "broken")[i % 4]
+        wf = _create(FeedImportWorkflow, DemoFeed(url=f"https://feeds.example/{i}.csv", kind=kind))
+        count += 1
+        if kind == "broken":
+            _advance(wf, 2)  # fetch, then parse fails: paused with the error
+        elif kind == "flaky":
+            _advance(wf, 1)  # timed out once: reattempt scheduled in 5 s
+        elif i % 8 == 0:
+            _finish(wf)
+    return count
+
+
+# --- keep it moving ------------------------------------------------------------------------------
+
+
+def run_ticker(stop: threading.Event, every: float = 2.0) -> None:
+    """Start a workflow and confirm a parked payment every ``every`` seconds until stopped."""
+    rng = random.Random()
+    n = 0
+    while not stop.wait(every):
+        n += 1
+        try:
+            kind = n % 3
+            if kind == 0:
+                _create(OnboardingWorkflow, DemoCustomer(email=f"new{n}@example.com"))
+            elif kind == 1:
+                _create(PaymentWorkflow, DemoOrder(amount_cents=rng.randint(500, 50_000)))
+            else:
+                feed_kind = rng.choice(["healthy", "healthy", "flaky", "broken"])
+                _create(
+                    FeedImportWorkflow, DemoFeed(url=f"https://feeds.example/t{n}", kind=feed_kind)
+                )
+            _confirm_a_parked_payment(rng)
+        except Exception:
+            log.exception("demo ticker failed; continuing")
+
+
+def _confirm_a_parked_payment(rng: random.Random) -> None:
+    with db.new_session() as session:
+        parked = list(
+            session.scalars(
+                select(StepExecution.workflow_id)
+                .join(Workflow, Workflow.id == StepExecution.workflow_id)
+                .where(
+                    StepExecution.state == "waiting",
+                    Workflow.type == PaymentWorkflow.workflow_name,
+                    Workflow.state == "ready",
+                )
+                .limit(20)
+            )
+        )
+    if parked:
+        workflow_id = rng.choice(parked)
+        with db.new_session() as session:
+            workflow = session.get(Workflow, workflow_id)
+            hero = workflow.hero if workflow is not None else None
+            amount = hero.amount_cents if hero is not None else 1000
+        _signal(workflow_id, amount)
