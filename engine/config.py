@@ -141,7 +141,10 @@ def _coerce(name: str, value: Any) -> Any:
             raise ValueError(f"settings.{name} must be a positive integer, got {value!r}")
         return value
     if name in _BOOL_FIELDS:
-        return bool(value)
+        # bool("false") is True: refuse anything but a real bool instead of guessing.
+        if not isinstance(value, bool):
+            raise TypeError(f"settings.{name} must be True or False, got {value!r}")
+        return value
     if name == "stuck_recovery_action":
         value = str(value).rstrip("!")
         if value not in STUCK_RECOVERY_ACTIONS:
