@@ -55,10 +55,15 @@ def _raise_if_parked(workflow: Any, execution: StepExecution, helper: str) -> No
 
 
 def _run(session: Session, execution_id: int, **kwargs: Any) -> None:
+    # Like a worker: the executor gets its own session, so the step sees a freshly loaded
+    # workflow (attributes a previous step set on ``self`` are gone, as in production) and the
+    # caller's objects are refreshed from what it committed.
     session.commit()
+    worker = Session(bind=session.get_bind(), expire_on_commit=False)
     try:
-        executor.execute(execution_id, session=session, **kwargs)
+        executor.execute(execution_id, session=worker, **kwargs)
     finally:
+        worker.close()
         session.expire_all()
 
 
