@@ -66,7 +66,6 @@ def make_celery(url: str | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         task_default_queue=queue,
         broker_connection_retry_on_startup=True,
-        worker_hijack_root_logger=False,
         beat_schedule={
             "geneva-drive-dispatch-due": {
                 "task": DISPATCH_DUE_TASK,

@@ -217,7 +217,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     try:
         seed: Any = importlib.import_module("examples.seed") if args.demo else None
         if seed is not None and not stopper.event.is_set():
-            seed.seed()
+            seed.seed(stop=stopper.event)
         if not stopper.event.is_set():
             worker.start()
             threads.append(

@@ -48,21 +48,26 @@ def is_seeded() -> bool:
     return found is not None
 
 
-def seed(scale: int = 1) -> int:
-    """Create the demo workflows (``scale`` multiplies the counts); return how many."""
+def seed(scale: int = 1, stop: threading.Event | None = None) -> int:
+    """Create the demo workflows (``scale`` multiplies the counts); return how many.
+
+    ``stop`` ends seeding early (Ctrl-C while ``up --demo`` is still seeding).
+    """
     if is_seeded():
         log.info("demo data already present; not seeding again")
         return 0
+    global _stop
+    _stop = stop
     rng = random.Random(42)
     _work.enabled = False  # no simulated latency while seeding
     # The flaky and broken feeds fail on purpose; their errors are on the executions.
     set_error_reporter(lambda error, context: None)
     try:
         created = 0
-        created += _seed_onboarding(rng, scale)
-        created += _seed_payments(rng, scale)
-        created += _seed_campaigns(scale)
-        created += _seed_feeds(scale)
+        for part in (_seed_onboarding, _seed_payments, _seed_campaigns, _seed_feeds):
+            if stop is not None and stop.is_set():
+                break
+            created += part(rng, scale)
     finally:
         _work.enabled = True
         set_error_reporter(None)
@@ -71,6 +76,13 @@ def seed(scale: int = 1) -> int:
 
 
 # --- helpers -------------------------------------------------------------------------------------
+
+_stop: threading.Event | None = None
+
+
+def _stopping() -> bool:
+    return _stop is not None and _stop.is_set()
+
 
 
 def _create(cls: type[Workflow], hero: Any) -> int:
@@ -140,6 +152,8 @@ def _seed_onboarding(rng: random.Random, scale: int) -> int:
         return DemoCustomer(email=f"user{i}@example.com", profile_complete=rng.random() < 0.3)
 
     for i in range(120 * scale):
+        if _stopping():
+            break
         wf = _create(OnboardingWorkflow, customer(i))
         count += 1
         bucket = i % 12
@@ -170,6 +184,8 @@ def _seed_onboarding(rng: random.Random, scale: int) -> int:
 def _seed_payments(rng: random.Random, scale: int) -> int:
     count = 0
     for i in range(80 * scale):
+        if _stopping():
+            break
         order = DemoOrder(amount_cents=rng.randint(500, 50_000), voided=False)
         wf = _create(PaymentWorkflow, order)
         count += 1
@@ -201,9 +217,11 @@ def _signal(workflow_id: int, amount_cents: int) -> None:
         )
 
 
-def _seed_campaigns(scale: int) -> int:
+def _seed_campaigns(rng: random.Random, scale: int) -> int:
     count = 0
     for i in range(12 * scale):
+        if _stopping():
+            break
         with db.transaction() as session:
             campaign = DemoCampaign(name=f"Spring sale #{i + 1}", delivered=0)
             session.add(campaign)
@@ -224,9 +242,11 @@ def _seed_campaigns(scale: int) -> int:
     return count
 
 
-def _seed_feeds(scale: int) -> int:
+def _seed_feeds(rng: random.Random, scale: int) -> int:
     count = 0
     for i in range(40 * scale):
+        if _stopping():
+            break
         kind = ("healthy", "flaky", "broken", "broken")[i % 4]
         wf = _create(FeedImportWorkflow, DemoFeed(url=f"https://feeds.example/{i}.csv", kind=kind))
         count += 1

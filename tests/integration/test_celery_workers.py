@@ -1,0 +1,216 @@
+"""A real Celery worker (prefork, two processes) against Redis and against RabbitMQ, on the
+shared test database: workflows with waits complete, delayed steps leave only through the
+dispatcher once due, duplicated messages run a step once, and a worker killed mid-step is
+recovered by housekeeping."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from engine import housekeeping, settings
+from engine.celery import CeleryTransport, make_celery
+from engine.dispatch import run_dispatcher
+from engine.transport import Message, new_job_id
+from tests.integration.conftest import (
+    AMQP_URL,
+    BIN,
+    REDIS_URL,
+    Process,
+    SharedDatabase,
+    create_workflow,
+    executions,
+    process_env,
+    require_service,
+    wait_for_state,
+    wait_until,
+)
+from tests.integration.flows import (
+    ItDelayedWorkflow,
+    ItOnceWorkflow,
+    ItSlowWorkflow,
+    ItWaitsWorkflow,
+    recorded,
+)
+
+pytestmark = pytest.mark.integration
+
+BROKERS = {"redis": ("Redis", REDIS_URL), "rabbitmq": ("RabbitMQ", AMQP_URL)}
+
+
+@dataclass
+class Broker:
+    name: str
+    url: str
+
+
+@pytest.fixture(scope="module", params=sorted(BROKERS))
+def broker(request: pytest.FixtureRequest) -> Broker:
+    label, url = BROKERS[request.param]
+    require_service(label, url)
+    return Broker(request.param, url)
+
+
+class Worker:
+    """``celery -A engine.celery worker`` on its own queue; restartable on the same queue."""
+
+    def __init__(
+        self, database: SharedDatabase, broker: Broker, directory: Path, pool: str, concurrency: int
+    ) -> None:
+        self.database = database
+        self.broker = broker
+        self.directory = directory
+        self.pool = pool
+        self.concurrency = concurrency
+        self.queue = f"gd-it-{uuid.uuid4().hex[:8]}"
+        self.log = directory / f"{self.queue}.steps.log"
+        celery = make_celery(broker.url)
+        celery.conf.task_default_queue = self.queue
+        self.transport = CeleryTransport(celery)
+        self.process = self._start(1)
+
+    def _start(self, generation: int) -> Process:
+        env = process_env(
+            self.database,
+            self.log,
+            GENEVA_BROKER_URL=self.broker.url,
+            GENEVA_DEFAULT_QUEUE=self.queue,
+        )
+        name = f"{self.queue}-{generation}"
+        process = Process(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "engine.celery",
+                "worker",
+                f"--pool={self.pool}",
+                "-c",
+                str(self.concurrency),
+                "--loglevel=INFO",
+                "-Q",
+                self.queue,
+                "-n",
+                f"{name}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            env,
+            self.directory / f"{name}.worker.log",
+        )
+        process.wait_for_output(" ready.", timeout=60)
+        return process
+
+    def restart(self) -> None:
+        self.process = self._start(2)
+
+    def close(self) -> None:
+        self.process.stop()
+        self.transport.celery.close()
+
+
+@pytest.fixture(scope="module")
+def worker(
+    broker: Broker,
+    shared_database: SharedDatabase,
+    short_horizon: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Worker]:
+    started = Worker(shared_database, broker, tmp_path_factory.mktemp(broker.name), "prefork", 2)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def test_workflow_with_waits_completes(worker: Worker, use_transport) -> None:
+    use_transport(worker.transport)
+    workflow_id = create_workflow(ItWaitsWorkflow)
+    wait_for_state(workflow_id, "finished")
+    assert recorded(worker.log, workflow_id) == [("one", "ran"), ("two", "ran"), ("three", "ran")]
+    two = next(e for e in executions(workflow_id) if e.step_name == "two")
+    assert two.started_at >= two.scheduled_for  # the countdown held it until due
+
+
+def test_delayed_step_is_sent_by_the_dispatcher_when_due_not_before(
+    worker: Worker, use_transport
+) -> None:
+    use_transport(worker.transport)
+    workflow_id = create_workflow(ItDelayedWorkflow)
+
+    def later_execution():
+        return next((e for e in executions(workflow_id) if e.step_name == "later"), None)
+
+    later = wait_until(later_execution, what="the worker to schedule `later`")
+    # Three seconds out is beyond the 1 s horizon: the worker sent nothing for it.
+    assert later.sent_at is None
+    stop = threading.Event()
+    dispatcher = threading.Thread(
+        target=run_dispatcher, args=(stop,), kwargs={"interval": 0.2, "housekeeping": False}
+    )
+    dispatcher.start()
+    try:
+        time.sleep(1.0)
+        if later.scheduled_for.timestamp() > time.time():
+            assert later_execution().sent_at is None, "sent before it was due"
+        wait_for_state(workflow_id, "finished")
+    finally:
+        stop.set()
+        dispatcher.join(5)
+    later = later_execution()
+    assert later.sent_at is not None
+    assert later.sent_at >= later.scheduled_for
+    assert later.started_at >= later.scheduled_for
+    assert recorded(worker.log, workflow_id) == [("start", "ran"), ("later", "ran")]
+
+
+def test_duplicated_message_runs_the_step_once(worker: Worker, use_transport) -> None:
+    use_transport(worker.transport)
+    workflow_id = create_workflow(ItOnceWorkflow)
+    (execution,) = executions(workflow_id)
+    for _ in range(3):  # at-least-once delivery, exaggerated
+        worker.transport.send(Message(execution_id=execution.id, job_id=new_job_id()))
+    wait_for_state(workflow_id, "finished")
+    skipped = f"execution_id={execution.id} step=only] already"
+    wait_until(
+        lambda: worker.process.output().count(skipped) >= 3,
+        what="the three duplicates to be skipped",
+    )
+    assert recorded(worker.log, workflow_id) == [("only", "ran")]
+
+
+def test_worker_killed_mid_step_is_recovered_by_housekeeping(
+    worker: Worker, use_transport, restore_settings: None
+) -> None:
+    # Runs last in this module: it kills the module's worker and starts a new one.
+    use_transport(worker.transport)
+    workflow_id = create_workflow(ItSlowWorkflow)
+    wait_until(lambda: ("slow", "start") in recorded(worker.log, workflow_id), what="the slow step")
+    worker.process.kill()  # SIGKILL to the worker and its pool processes, mid-step
+    (stuck,) = executions(workflow_id)
+    assert stuck.state == "in_progress"
+
+    settings.stuck_in_progress_threshold = 1
+    time.sleep(1.2)
+    report = housekeeping.run()
+    assert report.stuck_in_progress_recovered == 1
+    recovered, retry = executions(workflow_id)
+    assert (recovered.state, recovered.outcome) == ("completed", "recovered")
+    assert (retry.step_name, retry.state) == ("slow", "scheduled")
+
+    # Housekeeping's commit sent the retry; a restarted worker on the queue runs it (and
+    # skips the killed run's message if the broker redelivers it).
+    worker.restart()
+    wait_for_state(workflow_id, "finished")
+    assert recorded(worker.log, workflow_id) == [
+        ("slow", "start"),
+        ("slow", "start"),
+        ("slow", "end"),
+        ("after", "ran"),
+    ]
