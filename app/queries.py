@@ -19,7 +19,7 @@ from urllib.parse import urlencode
 
 from flask import current_app
 from sqlalchemy import Select, and_, exists, func, or_, select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, aliased
 
 from engine.config import settings
 from engine.models import OperatorAction, Signal, StepExecution, utcnow
@@ -47,6 +47,8 @@ class WorkflowFilters:
     error: str = ""
     q: str = ""
     due: str = ""
+    #: A step the class no longer defines: the workflows paused because of it (``/stranded``).
+    stranded: str = ""
 
     @classmethod
     def from_args(cls, args: Any) -> WorkflowFilters:
@@ -63,6 +65,7 @@ class WorkflowFilters:
             error=get("error"),
             q=get("q"),
             due=due if due in DUE_FILTERS else "",
+            stranded=get("stranded"),
         )
 
     def as_params(self) -> dict[str, str]:
@@ -76,6 +79,7 @@ class WorkflowFilters:
             "error": self.error,
             "q": self.q,
             "due": self.due,
+            "stranded": self.stranded,
         }
         return {k: v for k, v in pairs.items() if v}
 
@@ -139,6 +143,8 @@ def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) ->
         )
     if filters.q:
         stmt = stmt.where(_search(filters.q))
+    if filters.stranded:
+        stmt = stmt.where(_stranded_on(filters.cls, filters.stranded))
     if filters.due == "overdue":
         stmt = stmt.where(
             Workflow.state.in_([WorkflowState.READY, WorkflowState.PERFORMING]),
@@ -345,27 +351,82 @@ def is_stranded_step(type_name: str, step_name: str | None) -> bool:
     return definition is None or definition.removed
 
 
-def stranded_groups(session: Session) -> list[StrandedGroup]:
-    """Paused workflows grouped by (class, next step) where that step is no longer runnable.
+#: What the executor records when an execution names a step its class does not define.
+STEP_NOT_DEFINED = "engine.errors.StepNotDefinedError"
 
-    One grouped pass over the paused rows (the ``(state, id)`` index); the "is it defined"
-    test is the class's own step collection, so there is no second list of steps.
+
+def _latest_failed_not_defined(step_name: Any = None) -> Any:
+    """The workflow's latest execution failed with StepNotDefinedError (on ``step_name``)."""
+    later = aliased(StepExecution)
+    condition = and_(
+        StepExecution.workflow_id == Workflow.id,
+        StepExecution.state == StepState.FAILED,
+        StepExecution.error_class_name == STEP_NOT_DEFINED,
+        ~exists(
+            select(later.id).where(
+                later.workflow_id == StepExecution.workflow_id, later.id > StepExecution.id
+            )
+        ),
+    )
+    if step_name is not None:
+        condition = and_(condition, StepExecution.step_name == step_name)
+    return exists(select(StepExecution.id).where(condition))
+
+
+def _stranded_on(type_name: str, step_name: str) -> Any:
+    """Paused workflows of ``type_name`` stranded on ``step_name`` (a step it does not run)."""
+    if not type_name or not is_stranded_step(type_name, step_name):
+        return Workflow.id.is_(None)  # not a missing step of that class: nothing is stranded
+    return and_(
+        Workflow.state == WorkflowState.PAUSED,
+        or_(Workflow.next_step_name == step_name, _latest_failed_not_defined(step_name)),
+    )
+
+
+def stranded_groups(session: Session) -> list[StrandedGroup]:
+    """Paused workflows grouped by (class, missing step).
+
+    Two grouped passes over the paused rows (the ``(state, id)`` index): workflows whose latest
+    execution failed with StepNotDefinedError, grouped by that execution's step; and the rest
+    whose next step their class no longer runs (paused before the deploy; ``resume()`` refuses
+    them). The "is it defined" test is the class's own step collection: no second step list.
     """
-    rows = session.execute(
+    counts: dict[tuple[str, str], int] = {}
+    later = aliased(StepExecution)
+    by_error = session.execute(
+        select(Workflow.type, StepExecution.step_name, func.count())
+        .join(StepExecution, StepExecution.workflow_id == Workflow.id)
+        .where(
+            Workflow.state == WorkflowState.PAUSED,
+            StepExecution.state == StepState.FAILED,
+            StepExecution.error_class_name == STEP_NOT_DEFINED,
+            ~exists(
+                select(later.id).where(
+                    later.workflow_id == StepExecution.workflow_id, later.id > StepExecution.id
+                )
+            ),
+        )
+        .group_by(Workflow.type, StepExecution.step_name)
+    )
+    for type_name, step_name, count in by_error:
+        counts[(type_name, step_name)] = int(count)
+    by_name = session.execute(
         select(Workflow.type, Workflow.next_step_name, func.count())
-        .where(Workflow.state == WorkflowState.PAUSED)
+        .where(Workflow.state == WorkflowState.PAUSED, ~_latest_failed_not_defined())
         .group_by(Workflow.type, Workflow.next_step_name)
     )
+    for type_name, step_name, count in by_name:
+        if is_stranded_step(type_name, step_name):
+            key = (type_name, step_name)
+            counts[key] = counts.get(key, 0) + int(count)
     groups = []
-    for type_name, step_name, count in rows:
-        if not is_stranded_step(type_name, step_name):
-            continue
+    for (type_name, step_name), count in counts.items():
         cls = workflow_class(type_name)
         groups.append(
             StrandedGroup(
                 workflow_class=type_name,
                 step_name=step_name,
-                count=int(count),
+                count=count,
                 class_known=cls is not None,
                 runnable_steps=[s.name for s in cls.steps.runnable] if cls is not None else [],
             )

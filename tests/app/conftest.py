@@ -1,0 +1,150 @@
+"""Fixtures of the dashboard tests: an app on the test database, users, clients, workflows.
+
+The app is built on the same database as ``geneva_session`` (the SQLite file, or the
+PostgreSQL schema through ``search_path``), so rows committed by a test are what the pages
+show, and what the dashboard commits is what the test reads back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, ClassVar
+
+import pytest
+from werkzeug.security import generate_password_hash
+
+from app import create_app
+from engine import Workflow, removed_step, step
+from engine.testing import speedrun_workflow
+from tests.conftest import Order
+
+CSRF = "test-csrf-token"
+# pbkdf2 with few rounds: the default scrypt costs ~50 ms per login, for nothing in tests.
+_FAST = "pbkdf2:sha256:1000"
+USERS = {
+    "olga": {"password_hash": generate_password_hash("olga-pw", method=_FAST), "role": "operator"},
+    "vic": {"password_hash": generate_password_hash("vic-pw", method=_FAST), "role": "viewer"},
+}
+
+
+class DashPayment(Workflow):
+    """authorize → (gravestone legacy_capture) → charge (fails while ``fail_charge``) →
+    confirm (parks for ``payment_confirmed``) → ship."""
+
+    fail_charge: ClassVar[bool] = True
+
+    @step
+    def authorize(self) -> None:
+        pass
+
+    legacy_capture = removed_step()
+
+    @step
+    def charge(self) -> None:
+        if DashPayment.fail_charge:
+            raise RuntimeError("card declined <script>alert(1)</script>")
+
+    @step(wait_for="payment_confirmed")
+    def confirm(self) -> None:
+        pass
+
+    @step
+    def ship(self) -> None:
+        pass
+
+
+def app_config(database: Any, **extra: Any) -> dict[str, Any]:
+    """create_app() configuration pointing at the test database."""
+    config: dict[str, Any] = {
+        "TESTING": True,
+        "SECRET_KEY": "test-secret",
+        "SQLALCHEMY_DATABASE_URI": database.url,
+        "USERS": USERS,
+        "COUNTS_CACHE_SECONDS": 0,
+    }
+    if database.schema is not None:
+        config["SQLALCHEMY_ENGINE_OPTIONS"] = {
+            "connect_args": {"options": f"-csearch_path={database.schema}"}
+        }
+    config.update(extra)
+    return config
+
+
+@pytest.fixture
+def app_factory(geneva_database, geneva_session):  # type: ignore[no-untyped-def]
+    """``app_factory(**config)``: a dashboard on the test database with extra configuration."""
+    DashPayment.fail_charge = True
+    built = []
+
+    def build(**extra: Any) -> Any:
+        flask_app = create_app(app_config(geneva_database, **extra))
+        built.append(flask_app)
+        return flask_app
+
+    yield build
+    for flask_app in built:
+        with flask_app.app_context():
+            from app.extensions import db
+
+            db.session.remove()
+            db.engine.dispose()
+
+
+@pytest.fixture
+def app(app_factory):  # type: ignore[no-untyped-def]
+    return app_factory()
+
+
+def login(client: Any, name: str) -> Any:
+    with client.session_transaction() as session:
+        session["user"] = name
+        session["_csrf"] = CSRF
+    return client
+
+
+@pytest.fixture
+def operator_client(app):  # type: ignore[no-untyped-def]
+    return login(app.test_client(), "olga")
+
+
+@pytest.fixture
+def viewer_client(app):  # type: ignore[no-untyped-def]
+    return login(app.test_client(), "vic")
+
+
+@pytest.fixture
+def make_workflow(geneva_session):  # type: ignore[no-untyped-def]
+    """``make_workflow(run=True)``: a committed DashPayment on a new Order.
+
+    With ``run=True`` it is speedrun until charge fails, so it ends paused with an error.
+    """
+
+    def make(run: bool = False) -> DashPayment:
+        order = Order()
+        geneva_session.add(order)
+        geneva_session.flush()
+        workflow = DashPayment.create(hero=order, session=geneva_session)
+        geneva_session.commit()
+        if run:
+            with contextlib.suppress(RuntimeError):
+                speedrun_workflow(workflow)
+        return workflow
+
+    return make
+
+
+def post(client: Any, url: str, data: dict[str, Any] | None = None, htmx: bool = False) -> Any:
+    headers = {"X-CSRF-Token": CSRF}
+    if htmx:
+        headers["HX-Request"] = "true"
+    return client.post(url, data=data or {}, headers=headers)
+
+
+def run_to_finish(workflow: DashPayment) -> None:
+    """Let charge succeed, deliver the signal confirm waits for, and run to the end."""
+    DashPayment.fail_charge = False
+    with contextlib.suppress(RuntimeError):  # the helper refuses to drive a parked step
+        speedrun_workflow(workflow)
+    workflow.signal("payment_confirmed")
+    speedrun_workflow(workflow)
+    assert workflow.state == "finished"
