@@ -10,7 +10,7 @@ dispatcher sends alike (reference engine-core §8).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from engine.errors import StepConfigurationError
@@ -44,15 +44,25 @@ def validate_job_options(options: Any, context: str) -> dict[str, Any]:
     return result
 
 
+def _seconds(value: Any) -> bool:
+    """A real number that converts to a timedelta / timestamp (finite, in datetime's range)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        timedelta(seconds=value)
+        datetime.fromtimestamp(abs(value), UTC)
+    except (OverflowError, ValueError, OSError):
+        return False
+    return True
+
+
 def _valid(key: str, value: Any) -> bool:
     if key == "wait":
         if isinstance(value, timedelta):
             return value >= timedelta(0)
-        return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+        return _seconds(value) and value >= 0
     if key == "wait_until":
-        return isinstance(value, datetime) or (
-            isinstance(value, int | float) and not isinstance(value, bool)
-        )
+        return isinstance(value, datetime) or _seconds(value)
     if key == "queue":
         return isinstance(value, str) and bool(value.strip())
     if key == "priority":

@@ -17,12 +17,36 @@ from engine.config import settings
 from engine.errors import CursorTooLargeError, SignalPayloadTooLargeError
 
 TAG = "_gd"
+#: Nesting deeper than this is refused (ValueError) instead of exhausting the Python stack.
+MAX_DEPTH = 100
 
 
-def to_json_value(value: Any, *, path: str = "value") -> Any:
-    """Turn ``value`` into plain JSON data, tagging the types JSON has no word for."""
-    if value is None or isinstance(value, bool | int | str):
+def check_text(text: str, path: str) -> str:
+    """Refuse strings no backend can store alike: NUL (PostgreSQL rejects it in text and JSONB)
+    and lone surrogates (not encodable as UTF-8)."""
+    if "\x00" in text:
+        raise ValueError(f"{path} contains a NUL character (\\x00), which cannot be stored")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{path} contains a lone surrogate (position {exc.start}), which is not valid UTF-8"
+        ) from None
+    return text
+
+
+def to_json_value(value: Any, *, path: str = "value", _depth: int = 0) -> Any:
+    """Turn ``value`` into plain JSON data, tagging the types JSON has no word for.
+
+    A dict that itself holds the tag key is wrapped (``{"_gd": "dict", "v": …}``), so data sent
+    from outside can never be mistaken for a tagged value when it is read back.
+    """
+    if value is None or isinstance(value, bool | int):
         return value
+    if isinstance(value, str):
+        return check_text(value, path)
+    if _depth >= MAX_DEPTH:
+        raise ValueError(f"{path} is nested more than {MAX_DEPTH} levels deep")
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
             raise ValueError(f"{path} is {value!r}, which JSON cannot represent")
@@ -38,7 +62,9 @@ def to_json_value(value: Any, *, path: str = "value") -> Any:
     if isinstance(value, Decimal):
         return {TAG: "decimal", "v": str(value)}
     if isinstance(value, list | tuple):
-        return [to_json_value(v, path=f"{path}[{i}]") for i, v in enumerate(value)]
+        return [
+            to_json_value(v, path=f"{path}[{i}]", _depth=_depth + 1) for i, v in enumerate(value)
+        ]
     if isinstance(value, dict):
         out: dict[str, Any] = {}
         for key, item in value.items():
@@ -46,7 +72,14 @@ def to_json_value(value: Any, *, path: str = "value") -> Any:
                 raise TypeError(
                     f"{path} has a key {key!r} of type {type(key).__name__}; use strings"
                 )
-            out[str(key)] = to_json_value(item, path=f"{path}[{key!r}]")
+            text = check_text(str(key), f"{path} key {key!r}")
+            if text in out:
+                raise ValueError(
+                    f"{path} has two keys that are both {text!r} as JSON; use distinct strings"
+                )
+            out[text] = to_json_value(item, path=f"{path}[{key!r}]", _depth=_depth + 1)
+        if TAG in out:
+            return {TAG: "dict", "v": out}
         return out
     raise TypeError(
         f"{path} holds a {type(value).__name__} ({value!r}), which cannot be stored as JSON; "
@@ -71,6 +104,8 @@ def deserialize(value: Any) -> Any:
                 return uuid.UUID(raw)
             if tag == "decimal":
                 return Decimal(raw)
+            if tag == "dict" and isinstance(raw, dict):
+                return {k: deserialize(v) for k, v in raw.items()}
         return {k: deserialize(v) for k, v in value.items()}
     return value
 

@@ -22,7 +22,7 @@ from engine import scheduling
 from engine.errors import WorkflowNotOngoing
 from engine.instrumentation import signal_delivered
 from engine.models import Signal, StepExecution, utcnow
-from engine.serialization import serialize_payload
+from engine.serialization import check_text, serialize_payload
 from engine.states import (
     CURRENT_STEP_STATES,
     RESOLVING_OUTCOMES,
@@ -170,8 +170,12 @@ def deliver(
         raise TypeError(f"Unknown options passed to signal(): {', '.join(sorted(unknown))}")
     if name is None or str(name).strip() == "":
         raise ValueError("signal() requires a signal name")
-    name = str(name)
-    key = str(idempotency_key) if idempotency_key is not None else None
+    name = _bounded_text(str(name), "signal name")
+    key = (
+        _bounded_text(str(idempotency_key), "idempotency_key")
+        if idempotency_key is not None
+        else None
+    )
     data = serialize_payload({} if payload is None else payload)
     session = scheduling.session_of(workflow)
 
@@ -194,6 +198,20 @@ def deliver(
             duplicate=duplicate,
         )
     return signal
+
+
+#: The width of the ``name`` and ``idempotency_key`` columns.
+MAX_NAME_LENGTH = 255
+
+
+def _bounded_text(text: str, what: str) -> str:
+    """Refuse a name or key the columns cannot hold alike on every backend (SQLite would store
+    it, PostgreSQL would fail at the INSERT)."""
+    if len(text) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"The {what} is {len(text)} characters long; at most {MAX_NAME_LENGTH} are allowed"
+        )
+    return check_text(text, f"The {what}")
 
 
 def _insert_or_find(
