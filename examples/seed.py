@@ -84,7 +84,6 @@ def _stopping() -> bool:
     return _stop is not None and _stop.is_set()
 
 
-
 def _create(cls: type[Workflow], hero: Any) -> int:
     with db.transaction() as session:
         session.add(hero)
