@@ -145,6 +145,10 @@ def pending_count(session: Session) -> int:
 
 @event.listens_for(Session, "after_commit")
 def _send_after_commit(session: Session) -> None:
+    if session.get_nested_transaction() is not None:
+        # SQLAlchemy fires after_commit for a released savepoint too; the enclosing
+        # transaction may still roll back, so nothing is sent before the real commit.
+        return
     pending = session.info.pop(_PENDING_KEY, None)
     if not pending:
         return
