@@ -1,26 +1,29 @@
 """Read-only aggregate queries: what /metrics, the overview page and the gem's gauges show.
 
 One :func:`collect` runs four grouped queries (never more) and returns a
-:class:`MetricsSnapshot`; :func:`get_snapshot` is the same behind a short cache (5 s by
-default, single-flight), so a scrape storm or a busy overview page costs the database four
-queries per cache period, not four per request.
+:class:`MetricsSnapshot`; :func:`get_snapshot` is the same behind a cache (5 s, single-flight,
+then stale-while-revalidate), so a scrape storm or a busy overview page costs the database
+four queries per cache period, not four per request, and a scrape never waits for them once
+the cache is warm.
 
-Each query reads one index range only, so its cost follows the number of interesting rows,
-not the size of the history:
+The three step-execution queries read one index range each, so their cost follows the
+number of interesting rows (waiting, overdue, stuck), not the size of the history; each
+matching row looks its workflow's ``type`` up by primary key:
 
 =====================================  =================================================
 query                                  index
 =====================================  =================================================
-workflows by (type, state)             ``index_geneva_drive_workflows_on_type``
-                                       (type, state, id): an index-only scan
 waiting executions (+ overdue)         ``index_geneva_drive_step_executions_scheduled``
                                        (state, scheduled_for): the ``waiting`` range
 overdue scheduled executions           same index: ``scheduled`` and ``scheduled_for < now``
 stuck in-progress executions           partial index on ``started_at`` where in_progress
 =====================================  =================================================
 
-The three execution queries join each matching row to its workflow by primary key for the
-workflow's ``type``.
+The workflow count by (type, state) reads every workflow row (or every entry of
+``index_geneva_drive_workflows_on_type``): exact counts have no shortcut. It is the one query
+that grows with the history kept (``delete_completed_workflows_after`` bounds it); at 1M
+workflows it takes a few hundred milliseconds on PostgreSQL, which is why the cache refreshes
+in the background (``bench/RESULTS.md``).
 
 Definitions (the numbers the alerts in ``docs/prometheus-rules.yml`` fire on):
 
@@ -42,6 +45,7 @@ This module only reads. It never imports Flask.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -49,7 +53,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, case, func, select
+from sqlalchemy import Engine, case, func, select, text
 from sqlalchemy.orm import Session
 
 from engine import db
@@ -59,6 +63,10 @@ from engine.states import RUNNABLE_WORKFLOW_STATES, StepState, WorkflowState
 
 #: How long a snapshot is served from the cache (Prometheus scrapes every 15 to 60 s).
 CACHE_SECONDS = 5.0
+#: How much longer an expired snapshot is still served while one is refreshed in the background.
+STALE_SECONDS = 60.0
+
+log = logging.getLogger("engine.metrics")
 
 #: Every workflow state, in display order; each class gets all of them (zeros included).
 WORKFLOW_STATES: tuple[str, ...] = tuple(s.value for s in WorkflowState)
@@ -164,6 +172,9 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
     waiting_threshold = settings.waiting_visibility_threshold
     stuck_threshold = settings.stuck_in_progress_threshold
     started = time.perf_counter()
+    if session.get_bind().dialect.name == "postgresql":
+        # JIT compiling the count over a million rows costs more than running it (~200 ms).
+        session.execute(text("SET LOCAL jit = off"))
     states: dict[str, dict[str, int]] = {}
     for workflow_type, state, count in session.execute(_workflow_counts()):
         states.setdefault(workflow_type, dict.fromkeys(WORKFLOW_STATES, 0))[state] = count
@@ -173,15 +184,18 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
         # No workflows means no executions: skip the rest (a fresh install scrapes in 1 query).
         waiting_cutoff = now - waiting_threshold if waiting_threshold is not None else None
         for workflow_type, waiting, overdue in session.execute(_waiting(waiting_cutoff)):
-            per_class.setdefault(workflow_type, {}).update(
-                waiting=waiting, waiting_overdue=int(overdue or 0)
-            )
+            if workflow_type is not None:
+                per_class.setdefault(workflow_type, {}).update(
+                    waiting=waiting, waiting_overdue=int(overdue or 0)
+                )
         for workflow_type, overdue, oldest in session.execute(_overdue(now)):
-            per_class.setdefault(workflow_type, {}).update(
-                overdue=overdue, oldest_overdue_at=oldest
-            )
+            if workflow_type is not None:
+                per_class.setdefault(workflow_type, {}).update(
+                    overdue=overdue, oldest_overdue_at=oldest
+                )
         for workflow_type, stuck in session.execute(_stuck(now - stuck_threshold)):
-            per_class.setdefault(workflow_type, {})["stuck_in_progress"] = stuck
+            if workflow_type is not None:
+                per_class.setdefault(workflow_type, {})["stuck_in_progress"] = stuck
         queries += 3
     classes = tuple(
         ClassMetrics(
@@ -223,68 +237,87 @@ def _workflow_counts() -> Any:
     return select(w.c.type, w.c.state, func.count()).group_by(w.c.type, w.c.state)
 
 
-def _joined() -> Any:
+def _workflow_type(*, runnable_only: bool = False) -> Any:
+    """The execution's workflow type, looked up by primary key row by row.
+
+    A correlated scalar subquery on purpose: PostgreSQL cannot flatten it into a join, so the
+    cost follows the matching executions (a few, normally), never the workflows table. As a
+    join, the planner, misled by the many past ``scheduled_for`` values of finished history,
+    hash-joins against a scan of every workflow. With ``runnable_only`` it is NULL for
+    workflows the executor would not run (paused, terminal); that group is dropped.
+    """
     w = _workflows_table()
-    return _se.join(w, w.c.id == _se.c.workflow_id), w
+    lookup = select(w.c.type).where(w.c.id == _se.c.workflow_id)
+    if runnable_only:
+        lookup = lookup.where(w.c.state.in_(sorted(RUNNABLE_WORKFLOW_STATES)))
+    return lookup.scalar_subquery()
+
+
+def _grouped(rows: Any, *aggregates: Any) -> Any:
+    inner = rows.subquery()
+    return (
+        select(inner.c.workflow_type, func.count(), *(agg(inner) for agg in aggregates))
+        # The NULL group (not runnable) is dropped in Python: a WHERE on it could make the
+        # database evaluate the lookup twice per row.
+        .group_by(inner.c.workflow_type)
+    )
 
 
 def _waiting(overdue_cutoff: datetime | None) -> Any:
-    joined, w = _joined()
-    overdue: Any = (
-        func.sum(case((_se.c.waiting_since < overdue_cutoff, 1), else_=0))
-        if overdue_cutoff is not None
-        else func.sum(0)
-    )
-    return (
-        select(w.c.type, func.count(), overdue)
-        .select_from(joined)
-        .where(_se.c.state == StepState.WAITING)
-        .group_by(w.c.type)
-    )
+    rows = select(
+        _workflow_type().label("workflow_type"), _se.c.waiting_since.label("since")
+    ).where(_se.c.state == StepState.WAITING)
+    if overdue_cutoff is None:
+        return _grouped(rows, lambda t: func.sum(0))
+    return _grouped(rows, lambda t: func.sum(case((t.c.since < overdue_cutoff, 1), else_=0)))
 
 
 def _overdue(now: datetime) -> Any:
-    joined, w = _joined()
-    return (
-        select(w.c.type, func.count(), func.min(_se.c.scheduled_for))
-        .select_from(joined)
-        .where(
-            _se.c.state == StepState.SCHEDULED,
-            _se.c.scheduled_for < now,
-            w.c.state.in_(sorted(RUNNABLE_WORKFLOW_STATES)),
-        )
-        .group_by(w.c.type)
-    )
+    rows = select(
+        _workflow_type(runnable_only=True).label("workflow_type"),
+        _se.c.scheduled_for.label("due"),
+    ).where(_se.c.state == StepState.SCHEDULED, _se.c.scheduled_for < now)
+    return _grouped(rows, lambda t: func.min(t.c.due))
 
 
 def _stuck(started_before: datetime) -> Any:
-    joined, w = _joined()
-    return (
-        select(w.c.type, func.count())
-        .select_from(joined)
-        .where(_se.c.state == StepState.IN_PROGRESS, _se.c.started_at < started_before)
-        .group_by(w.c.type)
+    rows = select(_workflow_type().label("workflow_type")).where(
+        _se.c.state == StepState.IN_PROGRESS, _se.c.started_at < started_before
     )
+    return _grouped(rows)
 
 
 # --- the cache -------------------------------------------------------------------------------
 
 
 class SnapshotCache:
-    """Serves a snapshot younger than ``max_age`` seconds; one thread refreshes at a time.
+    """Serves snapshots from memory; the queries run at most once per ``max_age`` seconds.
 
-    Concurrent callers that find the cache stale wait for the one refresh in flight instead of
-    each running the queries (a scrape storm costs one set of queries). Snapshots are kept per
-    database engine and per threshold settings, so changing a threshold shows at once.
+    * Younger than ``max_age``: served as is.
+    * Older, but by less than ``stale_for`` more: served as is, and one background thread
+      refreshes it (stale-while-revalidate), so a scrape never waits for the queries once the
+      cache is warm. At 1M workflows the queries take a few hundred milliseconds on
+      PostgreSQL; Prometheus and the overview page should not pay that on every request.
+    * Missing or older still: refreshed in the caller's thread. Concurrent callers wait for
+      that one refresh instead of each running the queries (a scrape storm costs one set).
+
+    Snapshots are kept per database engine and per threshold settings, so changing a
+    threshold shows at once. ``max_age=0`` always queries, in the caller's thread.
     """
 
     def __init__(
-        self, max_age: float = CACHE_SECONDS, clock: Callable[[], float] = time.monotonic
+        self,
+        max_age: float = CACHE_SECONDS,
+        *,
+        stale_for: float = STALE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_age = max_age
+        self.stale_for = stale_for
         self._clock = clock
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # held while querying: one refresh at a time
         self._entries: dict[tuple[Any, ...], tuple[float, MetricsSnapshot]] = {}
+        self._background: threading.Thread | None = None
 
     def get(
         self,
@@ -295,41 +328,73 @@ class SnapshotCache:
     ) -> MetricsSnapshot:
         age_limit = self.max_age if max_age is None else max_age
         engine = bind or (session.get_bind() if session is not None else db.get_engine())
-        key = (
-            engine,
-            settings.waiting_visibility_threshold,
-            settings.stuck_in_progress_threshold,
-        )
-        fresh = self._fresh(key, age_limit)
-        if fresh is not None:
-            return fresh
+        key = (engine, settings.waiting_visibility_threshold, settings.stuck_in_progress_threshold)
+        entry = self._entries.get(key)
+        if entry is not None and age_limit > 0:
+            age = self._clock() - entry[0]
+            if age < age_limit:
+                return entry[1]
+            if age < age_limit + self.stale_for:
+                self._refresh_in_background(key, engine, age_limit)
+                return entry[1]
         with self._lock:
-            fresh = self._fresh(key, age_limit)  # another thread may have refreshed meanwhile
-            if fresh is not None:
-                return fresh
-            snapshot = self._query(session, engine)
-            self._entries = {key: (self._clock(), snapshot)}
-            return snapshot
+            entry = self._entries.get(key)  # another thread may have refreshed meanwhile
+            if entry is not None and age_limit > 0 and self._clock() - entry[0] < age_limit:
+                return entry[1]
+            return self._refresh(key, session, engine)
 
     def clear(self) -> None:
+        self.join()
         with self._lock:
             self._entries = {}
 
-    def _fresh(self, key: tuple[Any, ...], age_limit: float) -> MetricsSnapshot | None:
-        entry = self._entries.get(key)
-        if entry is not None and age_limit > 0 and self._clock() - entry[0] < age_limit:
-            return entry[1]
-        return None
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for a background refresh in flight (tests, shutdown)."""
+        thread = self._background
+        if thread is not None:
+            thread.join(timeout)
 
-    @staticmethod
-    def _query(session: Session | None, engine: Any) -> MetricsSnapshot:
+    def _refresh(
+        self, key: tuple[Any, ...], session: Session | None, engine: Any
+    ) -> MetricsSnapshot:
         if session is not None:
-            return collect(session)
-        with Session(engine) as own:
-            try:
-                return collect(own)
-            finally:
-                own.rollback()
+            snapshot = collect(session)
+        else:
+            with Session(engine) as own:
+                try:
+                    snapshot = collect(own)
+                finally:
+                    own.rollback()
+        self._entries = {key: (self._clock(), snapshot)}
+        return snapshot
+
+    def _refresh_in_background(self, key: tuple[Any, ...], engine: Any, age_limit: float) -> None:
+        if self._background is not None and self._background.is_alive():
+            return
+        if not self._lock.acquire(blocking=False):
+            return  # a refresh is running already
+        thread = threading.Thread(
+            target=self._run_background,
+            args=(key, engine, age_limit),
+            name="geneva-drive-metrics-refresh",
+            daemon=True,
+        )
+        self._background = thread
+        try:
+            thread.start()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    def _run_background(self, key: tuple[Any, ...], engine: Any, age_limit: float) -> None:
+        try:  # the lock was taken by the thread that started this one
+            entry = self._entries.get(key)
+            if entry is None or self._clock() - entry[0] >= age_limit:
+                self._refresh(key, None, engine)
+        except Exception:
+            log.exception("refreshing the metrics snapshot failed; serving the previous one")
+        finally:
+            self._lock.release()
 
 
 _cache = SnapshotCache()

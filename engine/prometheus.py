@@ -378,6 +378,11 @@ def snapshot_metrics(snapshot: MetricsSnapshot) -> Iterator[Metric]:
         value=snapshot.oldest_overdue_seconds,
     )
     yield GaugeMetricFamily(
+        "geneva_drive_metrics_snapshot_timestamp_seconds",
+        "When the database gauges above were read (they are cached for a few seconds).",
+        value=snapshot.taken_at.timestamp(),
+    )
+    yield GaugeMetricFamily(
         "geneva_drive_metrics_query_duration_seconds",
         "Time the database gauges' queries took when the snapshot was last refreshed.",
         value=snapshot.query_seconds,

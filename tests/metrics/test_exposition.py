@@ -170,7 +170,7 @@ def test_second_scrape_within_the_ttl_runs_no_query(app, seeded, count_statement
         first = scrape(client)
         after_first = counter.count
         second = scrape(client)
-    assert after_first == 4, counter.statements
+    assert len(counter.selects()) == 4, counter.statements
     assert counter.count == after_first, "the second scrape within 5 s must not query"
     assert samples(first["geneva_drive_workflows"]) == samples(second["geneva_drive_workflows"])
 
@@ -185,7 +185,7 @@ def test_a_scrape_after_the_ttl_queries_again(app, seeded, count_statements, mon
     monkeypatch.setattr(metrics._cache, "max_age", 0.0)
     with count_statements(engine) as counter:
         scrape(client)
-    assert counter.count == 4
+    assert len(counter.selects()) == 4
 
 
 def test_database_errors_become_database_up_zero():
