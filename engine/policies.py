@@ -9,6 +9,7 @@ Ported from geneva_drive's ``exception_policy.rb`` and ``combined_exception_poli
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -16,6 +17,8 @@ from typing import Any
 
 from engine.config import to_timedelta
 from engine.flow_control import FlowControlSignal
+
+log = logging.getLogger("engine.policies")
 
 ACTIONS = ("pause", "cancel", "reattempt", "skip")
 TERMINAL_ACTIONS = ("pause", "cancel", "skip")
@@ -205,6 +208,13 @@ class ExceptionPolicy:
             self.handler(workflow, error)
         except FlowControlSignal as signal:
             return PolicyResult(signal.action.value, error, self.report, wait=signal.wait)
+        except Exception as handler_error:
+            # A broken handler must not leave the step in progress (the gem let it escape and
+            # roll back the outcome): pause, and keep the handler's error on the step's own.
+            log.exception("exception handler %r raised while handling %r", self.handler, error)
+            error.add_note(
+                f"The exception handler raised {type(handler_error).__name__}: {handler_error}"
+            )
         return PolicyResult("pause", error, self.report)
 
     def describe(self) -> str:

@@ -625,3 +625,44 @@ def test_class_level_policy_list_must_hold_policies():
 
         class PolBadClassPolicies(Workflow):
             exception_policies = (ExceptionPolicy("pause"), lambda wf, e: None)
+
+
+# --- a handler that itself raises -----------------------------------------------------------------
+
+
+def test_a_raising_handler_pauses_instead_of_leaving_the_step_in_progress(geneva_session, reported):
+    """Deliberate difference: the gem let the handler's error escape, rolling the outcome back
+    and leaving the step in_progress; we pause and keep the handler's error as a note."""
+
+    def buggy(workflow, error):
+        raise RuntimeError("handler bug")
+
+    cls = _failing("PolBuggyHandler", lambda: PaymentDeclined("original"), on_exception=buggy)
+    wf = cls.create(hero=make_order(geneva_session))
+    with pytest.raises(PaymentDeclined, match="original") as info:
+        perform_next_step(wf)
+    assert "The exception handler raised RuntimeError: handler bug" in info.value.__notes__
+    assert wf.state == "paused"
+    [ex] = executions(geneva_session, wf)
+    assert (ex.state, ex.outcome) == ("failed", "failed")
+    assert ex.error_message == "original"
+    assert len(reported) == 1
+
+
+def test_a_raising_handler_in_a_precondition_also_pauses(geneva_session):
+    def buggy(workflow, error):
+        raise RuntimeError("handler bug")
+
+    class PolBuggyPrecondition(Workflow):
+        @step(skip_if="explode", on_exception=buggy)
+        def first(self):
+            pass
+
+        def explode(self):
+            raise PaymentDeclined("in skip_if")
+
+    wf = PolBuggyPrecondition.create(hero=make_order(geneva_session))
+    with pytest.raises(PaymentDeclined):
+        perform_next_step(wf)
+    assert wf.state == "paused"
+    assert summary(geneva_session, wf) == [("first", "failed", "failed")]
