@@ -717,3 +717,98 @@ def test_exception_policy_handler_gets_the_workflow_and_error(geneva_session):
         perform_next_step(wf)
     assert seen == [("ExecHandlerWorkflow", "handled", "performing")]
     assert wf.state == "paused"  # a handler that returns normally pauses
+
+
+# --- exactly once, and operators acting while a step runs ----------------------------------------
+
+
+def test_concurrent_deliveries_of_one_execution_run_the_body_once(geneva_session):
+    """Messages are at-least-once; the executor starts only a still-scheduled execution, under
+    the workflow lock, so duplicates are no-ops."""
+    import threading
+    import time
+
+    runs = []
+
+    class ExecExactlyOnce(Workflow):
+        @step
+        def only(self):
+            runs.append(1)
+            time.sleep(0.2)
+
+        @step
+        def after(self):
+            pass
+
+    wf = ExecExactlyOnce.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    ex_id = wf.current_execution.id
+    barrier = threading.Barrier(4)
+    errors = []
+
+    def deliver():
+        try:
+            barrier.wait(timeout=10)
+            execute(ex_id)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=deliver) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    assert runs == [1]
+    assert summary(geneva_session, wf) == [
+        ("only", "completed", "success"),
+        ("after", "scheduled", None),
+    ]
+
+
+def test_operator_cancel_while_the_step_runs(geneva_session):
+    """Deliberate difference: an operator may cancel a performing workflow. The running
+    execution is marked canceled at once; finalize then leaves it alone."""
+    import threading
+
+    class ExecCancelWhileRunning(Workflow):
+        @step
+        def only(self):
+            def operator():
+                with other_session() as session:
+                    session.get(BaseWorkflow, self.id).cancel()
+                    session.commit()
+
+            t = threading.Thread(target=operator)  # another process, in effect
+            t.start()
+            t.join(timeout=30)
+
+        @step
+        def never(self):
+            raise AssertionError("not reached")
+
+    wf = ExecCancelWhileRunning.create(hero=make_order(geneva_session))
+    perform_next_step(wf)
+    assert wf.state == "canceled"
+    assert summary(geneva_session, wf) == [("only", "canceled", "canceled")]
+
+
+@pytest.mark.parametrize(
+    ("verb", "message"),
+    [
+        ("skip", "Cannot skip on a performing workflow"),
+        ("resume", "Cannot resume a performing workflow"),
+        ("resume_at", "Cannot resume_at a performing workflow"),
+    ],
+)
+def test_operator_verbs_refused_while_performing(geneva_session, verb, message):
+    from engine.errors import InvalidStateError
+
+    wf = ExecTwoStepWorkflow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    _force(geneva_session, wf, state="performing")
+    with pytest.raises(InvalidStateError, match=message):
+        if verb == "resume_at":
+            wf.resume_at("first")
+        else:
+            getattr(wf, verb)()

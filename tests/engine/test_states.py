@@ -223,3 +223,25 @@ def test_is_overdue_only_for_scheduled_executions_in_the_past():
     ).is_overdue
     assert not StepExecution(state="in_progress", scheduled_for=past).is_overdue
     assert not StepExecution(state="waiting", scheduled_for=past).is_overdue
+
+
+def test_error_hierarchy():
+    from engine import errors
+
+    for name in (
+        "InvalidStateError",
+        "StepConfigurationError",
+        "StepNotDefinedError",
+        "CursorTooLargeError",
+        "SignalPayloadTooLargeError",
+        "WorkflowNotOngoing",
+        "InvalidStateTransition",
+        "DuplicateWorkflowError",
+    ):
+        cls = getattr(errors, name)
+        assert issubclass(cls, errors.EngineError) and issubclass(cls, Exception)
+    for name in ("StepNotDefinedError", "StepFailedError", "PreconditionError"):
+        assert issubclass(getattr(errors, name), errors.StepExecutionError)
+    error = errors.StepNotDefinedError("gone", step_execution="ex", workflow="wf")
+    assert (str(error), error.step_execution, error.workflow) == ("gone", "ex", "wf")
+    assert errors.StepNotDefinedError("gone").step_execution is None
