@@ -158,3 +158,46 @@ def test_the_manual_has_examples():
     python_blocks = [b for b in BLOCKS if b.language == "python"]
     assert len(python_blocks) >= 40
     assert len(EXAMPLES) >= 25
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading."""
+    text = heading.replace("`", "").strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def _anchors(text: str) -> set[str]:
+    anchors: set[str] = set()
+    in_fence = False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_fence = not in_fence
+            continue
+        if not in_fence and (heading := re.match(r"^#{1,6} (.+)$", line)):
+            anchors.add(_slug(heading.group(1)))
+    return anchors
+
+
+def test_links_in_the_manual_resolve():
+    text = MANUAL.read_text(encoding="utf-8")
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    own = _anchors(text)
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", prose):
+        if target.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = target.partition("#")
+        if not path:
+            if anchor not in own:
+                broken.append(target)
+            continue
+        linked = (MANUAL.parent / path).resolve()
+        missing_heading = (
+            linked.is_file()
+            and bool(anchor)
+            and anchor not in _anchors(linked.read_text(encoding="utf-8"))
+        )
+        if not linked.exists() or missing_heading:
+            broken.append(target)
+    assert broken == [], f"MANUAL.md links to missing files or headings: {broken}"
