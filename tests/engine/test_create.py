@@ -388,3 +388,26 @@ def test_deleted_class_loads_as_plain_workflow(geneva_session):
             assert summary(session, stranded) == [("first", "failed", "failed")]
     finally:
         unregister("CreateDoomedWorkflow")
+
+
+def test_create_without_any_session_explains(geneva_session):
+    from engine import db
+
+    db.set_current_session(None)
+    try:
+        with pytest.raises(RuntimeError, match=r"Workflow\.create\(\) needs a session"):
+            CreateOrderWorkflow.create(hero=Order())
+    finally:
+        db.set_current_session(geneva_session)
+
+
+def test_create_uses_the_heros_session(geneva_session):
+    from engine import db
+
+    order = make_order(geneva_session)
+    db.set_current_session(None)
+    try:
+        wf = CreateOrderWorkflow.create(hero=order)
+    finally:
+        db.set_current_session(geneva_session)
+    assert wf in geneva_session

@@ -248,3 +248,22 @@ def test_wait_job_option_delays_the_message_not_scheduled_for(geneva_session, ge
     [message] = geneva_transport.messages
     assert 15 <= message.countdown <= 20
     assert (ex.scheduled_for - ex.created_at) < timedelta(seconds=2)
+
+
+def test_wait_until_job_option_delays_the_message(geneva_session, geneva_transport):
+    from engine.models import utcnow
+
+    class JobOptsWaitUntil(Workflow):
+        @step
+        def only(self):
+            pass
+
+    wf = JobOptsWaitUntil.create(
+        hero=make_order(geneva_session),
+        step_job_options={"wait_until": utcnow() + timedelta(seconds=40)},
+    )
+    geneva_session.commit()
+    [message] = geneva_transport.messages
+    assert 35 <= message.countdown <= 40
+    [ex] = executions(geneva_session, wf)
+    assert (ex.scheduled_for - ex.created_at) < timedelta(seconds=2)
