@@ -178,25 +178,10 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
     states: dict[str, dict[str, int]] = {}
     for workflow_type, state, count in session.execute(_workflow_counts()):
         states.setdefault(workflow_type, dict.fromkeys(WORKFLOW_STATES, 0))[state] = count
-    queries = 1
     per_class: dict[str, dict[str, Any]] = {t: {} for t in states}
+    # No workflows means no executions: a fresh install scrapes in one query.
     if states:
-        # No workflows means no executions: skip the rest (a fresh install scrapes in 1 query).
-        waiting_cutoff = now - waiting_threshold if waiting_threshold is not None else None
-        for workflow_type, waiting, overdue in session.execute(_waiting(waiting_cutoff)):
-            if workflow_type is not None:
-                per_class.setdefault(workflow_type, {}).update(
-                    waiting=waiting, waiting_overdue=int(overdue or 0)
-                )
-        for workflow_type, overdue, oldest in session.execute(_overdue(now)):
-            if workflow_type is not None:
-                per_class.setdefault(workflow_type, {}).update(
-                    overdue=overdue, oldest_overdue_at=oldest
-                )
-        for workflow_type, stuck in session.execute(_stuck(now - stuck_threshold)):
-            if workflow_type is not None:
-                per_class.setdefault(workflow_type, {})["stuck_in_progress"] = stuck
-        queries += 3
+        _count_executions(session, per_class, now, waiting_threshold, stuck_threshold)
     classes = tuple(
         ClassMetrics(
             workflow=workflow_type,
@@ -217,8 +202,32 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
         waiting_visibility_threshold=waiting_threshold,
         stuck_in_progress_threshold=stuck_threshold,
         query_seconds=time.perf_counter() - started,
-        query_count=queries,
+        query_count=4 if states else 1,
     )
+
+
+def _count_executions(
+    session: Session,
+    per_class: dict[str, dict[str, Any]],
+    now: datetime,
+    waiting_threshold: timedelta | None,
+    stuck_threshold: timedelta,
+) -> None:
+    """The three step-execution queries, merged into ``per_class`` (NULL type: not counted)."""
+    waiting_cutoff = now - waiting_threshold if waiting_threshold is not None else None
+    for workflow_type, waiting, overdue in session.execute(_waiting(waiting_cutoff)):
+        if workflow_type is not None:
+            per_class.setdefault(workflow_type, {}).update(
+                waiting=waiting, waiting_overdue=int(overdue or 0)
+            )
+    for workflow_type, overdue, oldest in session.execute(_overdue(now)):
+        if workflow_type is not None:
+            per_class.setdefault(workflow_type, {}).update(
+                overdue=overdue, oldest_overdue_at=oldest
+            )
+    for workflow_type, stuck in session.execute(_stuck(now - stuck_threshold)):
+        if workflow_type is not None:
+            per_class.setdefault(workflow_type, {})["stuck_in_progress"] = stuck
 
 
 # --- the queries -----------------------------------------------------------------------------
