@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import time
 from typing import Any
 
@@ -147,6 +148,16 @@ def _on_worker_process_init(**_: Any) -> None:
     if db._engine is not None:
         db._engine.dispose(close=False)
     db.configure()
+    # Celery makes pool children ignore SIGINT; but a Ctrl-C in a terminal reaches them too,
+    # and it is the only shutdown news they get (the warm shutdown signal fires in the main
+    # process). Use it to stop a running resumable step at its next checkpoint.
+    signal.signal(signal.SIGINT, _on_child_sigint)
+
+
+def _on_child_sigint(_signum: int, _frame: Any) -> None:
+    from engine.executor import request_shutdown
+
+    request_shutdown()
 
 
 def _on_worker_shutting_down(**_: Any) -> None:

@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 #: Seconds ``up`` and ``worker`` wait for running steps at shutdown before giving up on them
 #: (their executions stay in_progress; housekeeping recovers them later).
 SHUTDOWN_GRACE = 20.0
+#: Seconds an embedded process waits before its first housekeeping run. After a restart the
+#: worker drains the overdue backlog first; housekeeping would otherwise "recover" those rows
+#: as stuck-scheduled (harmless, but noise: with the table as the queue nothing was lost).
+EMBEDDED_HOUSEKEEPING_DELAY = 60.0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -231,7 +235,7 @@ def cmd_up(args: argparse.Namespace) -> int:
         stopper.event.set()
         server.shutdown()
         web.join(5)
-        clean = worker.stop(SHUTDOWN_GRACE) if worker._threads else True
+        clean = worker.stop(SHUTDOWN_GRACE) if worker.started else True
         for thread in threads:
             thread.join(5)
     print("GenevaDrive stopped.", flush=True)

@@ -136,17 +136,19 @@ def run_dispatcher(
     interval: float | None = None,
     housekeeping: bool = True,
     dispatch: bool = True,
+    first_housekeeping_after: float = 0.0,
 ) -> None:
     """Dispatch every ``interval`` seconds (default ``settings.dispatch_interval``) until stopped.
 
     Also runs :func:`engine.housekeeping.run` every ``settings.housekeeping_interval`` when
     ``housekeeping`` is true. ``dispatch=False`` runs housekeeping alone (the embedded worker
-    reads due executions from the table itself, so it needs no sends). Errors are reported and the loop carries on: a database restart
+    reads due executions from the table itself, so it needs no sends);
+    ``first_housekeeping_after`` seconds delay the first housekeeping run. Errors are reported and the loop carries on: a database restart
     must not need a dispatcher restart.
     """
     from engine.housekeeping import run as run_housekeeping
 
-    next_housekeeping = time.monotonic()
+    next_housekeeping = time.monotonic() + first_housekeeping_after
     log.info("dispatcher started")
     while not stop_event.is_set():
         if dispatch:

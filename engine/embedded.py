@@ -82,6 +82,10 @@ class EmbeddedWorker:
         self.executed = 0
 
     @property
+    def started(self) -> bool:
+        return bool(self._threads)
+
+    @property
     def transport(self) -> EmbeddedTransport:
         return EmbeddedTransport(self.wake)
 

@@ -48,8 +48,10 @@ def is_seeded() -> bool:
     return found is not None
 
 
-def seed(scale: int = 1, stop: threading.Event | None = None) -> int:
+def seed(scale: float = 1.0, stop: threading.Event | None = None) -> int:
     """Create the demo workflows (``scale`` multiplies the counts); return how many.
+
+    Every state is present from ``scale=0.1`` up (about 25 workflows; the default makes 252).
 
     ``stop`` ends seeding early (Ctrl-C while ``up --demo`` is still seeding).
     """
@@ -143,14 +145,14 @@ def _operate(workflow_id: int, action: str) -> None:
 # --- scenarios -----------------------------------------------------------------------------------
 
 
-def _seed_onboarding(rng: random.Random, scale: int) -> int:
+def _seed_onboarding(rng: random.Random, scale: float) -> int:
     now = utcnow()
     count = 0
 
     def customer(i: int) -> DemoCustomer:
         return DemoCustomer(email=f"user{i}@example.com", profile_complete=rng.random() < 0.3)
 
-    for i in range(120 * scale):
+    for i in range(max(1, round(120 * scale))):
         if _stopping():
             break
         wf = _create(OnboardingWorkflow, customer(i))
@@ -168,7 +170,7 @@ def _seed_onboarding(rng: random.Random, scale: int) -> int:
         elif bucket == 9:
             _finish(wf)
         elif bucket == 10:
-            if i % 24 == 10:
+            if (i // 12) % 2 == 1:
                 _operate(wf, "cancel")
             else:
                 # Stranded: its step was deleted without a gravestone; the run pauses it.
@@ -180,9 +182,9 @@ def _seed_onboarding(rng: random.Random, scale: int) -> int:
     return count
 
 
-def _seed_payments(rng: random.Random, scale: int) -> int:
+def _seed_payments(rng: random.Random, scale: float) -> int:
     count = 0
-    for i in range(80 * scale):
+    for i in range(max(1, round(80 * scale))):
         if _stopping():
             break
         order = DemoOrder(amount_cents=rng.randint(500, 50_000), voided=False)
@@ -216,9 +218,9 @@ def _signal(workflow_id: int, amount_cents: int) -> None:
         )
 
 
-def _seed_campaigns(rng: random.Random, scale: int) -> int:
+def _seed_campaigns(rng: random.Random, scale: float) -> int:
     count = 0
-    for i in range(12 * scale):
+    for i in range(max(1, round(12 * scale))):
         if _stopping():
             break
         with db.transaction() as session:
@@ -241,9 +243,9 @@ def _seed_campaigns(rng: random.Random, scale: int) -> int:
     return count
 
 
-def _seed_feeds(rng: random.Random, scale: int) -> int:
+def _seed_feeds(rng: random.Random, scale: float) -> int:
     count = 0
-    for i in range(40 * scale):
+    for i in range(max(1, round(40 * scale))):
         if _stopping():
             break
         kind = ("healthy", "flaky", "broken", "broken")[i % 4]

@@ -1,6 +1,7 @@
 """``geneva-drive up --demo`` on the embedded default (SQLite under ./var/, no broker): it
-migrates, serves the dashboard on a free port (``/healthz`` answers), seeds demo workflows in
-every state, runs them, and stops cleanly on Ctrl-C."""
+migrates into ./var/, serves the dashboard on a free port (``/healthz`` answers) while it seeds
+the demo workflows, and stops cleanly on Ctrl-C. (What the seed creates is checked in
+tests/examples; the embedded worker in test_embedded.py.)"""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from tests.integration.conftest import BIN, Process, wait_until
 pytestmark = pytest.mark.integration
 
 
-def test_up_demo_serves_the_dashboard_seeds_runs_and_stops_on_ctrl_c(
+def test_up_demo_serves_the_dashboard_and_stops_on_ctrl_c(
     tmp_path: Path, processes: list[Process]
 ) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENEVA_")}
@@ -36,31 +37,18 @@ def test_up_demo_serves_the_dashboard_seeds_runs_and_stops_on_ctrl_c(
         assert response.status == 200
         assert json.loads(response.read())["status"] == "ok"
 
-    up.wait_for_output("GenevaDrive is running", timeout=90)
+    # Seeding runs (the dashboard already answers meanwhile); Ctrl-C may land during it.
     database = tmp_path / "var" / "geneva_drive.sqlite3"
-    assert database.exists()
     engine = create_engine(f"sqlite:///{database}")
     try:
-        with engine.connect() as connection:
-            states = set(
-                connection.scalars(text("SELECT DISTINCT state FROM geneva_drive_workflows"))
-            )
-            assert {"ready", "paused", "finished", "canceled"} <= states
-            waiting = connection.scalar(
-                text("SELECT count(*) FROM geneva_drive_step_executions WHERE state='waiting'")
-            )
-            assert waiting > 0
 
-        def started_after_seeding() -> int:
+        def seeded() -> int:
             with engine.connect() as connection:
                 return connection.scalar(
-                    select(func.count())
-                    .select_from(text("geneva_drive_step_executions"))
-                    .where(text("started_at IS NOT NULL AND outcome = 'success'"))
+                    select(func.count()).select_from(text("geneva_drive_workflows"))
                 )
 
-        before = started_after_seeding()
-        wait_until(lambda: started_after_seeding() > before, 30, "the embedded worker to run steps")
+        wait_until(seeded, 60, "the demo seed to create workflows")
     finally:
         engine.dispose()
 

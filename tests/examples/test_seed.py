@@ -1,0 +1,48 @@
+"""The demo seed leaves workflows in every state the dashboard shows, through the real
+executor, and runs once per database."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+
+from engine.models import Signal, StepExecution, utcnow
+from engine.workflow import Workflow
+from examples import seed
+from examples.onboarding import OnboardingWorkflow
+
+
+def test_small_seed_covers_every_state(geneva_session):
+    created = seed.seed(scale=0.1)
+    assert created >= 20
+    s = geneva_session
+    by_type = {
+        (t, st): n
+        for t, st, n in s.execute(
+            select(Workflow.type, Workflow.state, func.count()).group_by(
+                Workflow.type, Workflow.state
+            )
+        )
+    }
+    states = {st for _, st in by_type}
+    assert {"ready", "paused", "finished", "canceled"} <= states
+    assert by_type[("FeedImportWorkflow", "paused")] >= 1  # paused after an error
+    assert by_type[("PaymentWorkflow", "paused")] >= 1  # paused by an operator
+
+    def executions(*conditions):
+        return s.scalar(select(func.count()).select_from(StepExecution).where(*conditions))
+
+    assert executions(StepExecution.state == "waiting") >= 1  # parked for payment_confirmed
+    assert executions(StepExecution.error_class_name.like("%StepNotDefinedError")) >= 1
+    assert executions(StepExecution.error_class_name == "ValueError") >= 1
+    assert executions(StepExecution.outcome == "continued") >= 1  # a resumable chain
+    assert executions(StepExecution.outcome == "reattempted") >= 1  # a flaky fetch
+    assert (
+        executions(StepExecution.state == "scheduled", StepExecution.scheduled_for < utcnow()) >= 1
+    )  # overdue
+    assert (
+        executions(StepExecution.state == "scheduled", StepExecution.scheduled_for > utcnow()) >= 1
+    )  # in the future
+    assert OnboardingWorkflow.removed_steps_in_flight(s) == {"send_fax": 1}
+    assert s.scalar(select(func.count()).select_from(Signal).where(Signal.state == "pending")) >= 1
+
+    assert seed.seed(scale=0.1) == 0  # already seeded
