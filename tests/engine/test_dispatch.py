@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from datetime import timedelta
 
+import pytest
 from sqlalchemy import select
 
 from engine import Workflow, settings, step
@@ -163,3 +164,21 @@ def test_run_dispatcher_sweeps_until_stopped(geneva_session, geneva_transport):
         thread.join(timeout=5)
     assert not thread.is_alive()
     assert geneva_transport.execution_ids == [execution.id]
+
+
+def test_rows_locked_by_another_dispatcher_are_skipped_on_postgresql(
+    geneva_session, geneva_transport
+):
+    if geneva_session.get_bind().dialect.name != "postgresql":
+        pytest.skip(
+            "SKIP LOCKED is PostgreSQL's; SQLite serializes dispatchers with its write lock"
+        )
+    wf = _create(geneva_session, DispatchLaterWorkflow)
+    later = utcnow() + timedelta(days=3)
+    # Another dispatcher's open claim: the row is locked FOR UPDATE in this transaction.
+    geneva_session.scalars(
+        select(StepExecution).where(StepExecution.workflow_id == wf.id).with_for_update()
+    ).one()
+    assert dispatch_due(later) == 0  # skipped at once, not waited for
+    geneva_session.commit()
+    assert dispatch_due(later) == 1

@@ -356,3 +356,15 @@ def test_a_broken_sink_does_not_break_housekeeping(geneva_session, gauges):
     finally:
         metrics_facade.remove_sink(broken)
     assert any(name == "geneva_drive.ready" for name, _, _ in gauges)
+
+
+def test_workflow_locked_elsewhere_is_skipped_this_run_on_postgresql(geneva_session):
+    if geneva_session.get_bind().dialect.name != "postgresql":
+        pytest.skip("SKIP LOCKED is PostgreSQL's; SQLite serializes housekeepers")
+    wf = _create(geneva_session)
+    _make_stuck_in_progress(geneva_session, wf)
+    # An executor's finalize (or an operator) holds the workflow lock right now.
+    geneva_session.scalars(select(Workflow).where(Workflow.id == wf.id).with_for_update()).one()
+    assert housekeeping.run().stuck_in_progress_recovered == 0
+    geneva_session.commit()
+    assert housekeeping.run().stuck_in_progress_recovered == 1
