@@ -556,7 +556,13 @@ class Executor:
                 return
             if workflow.state != WorkflowState.PERFORMING:
                 self.log.warning("workflow is %s (changed while the step ran)", workflow.state)
-                if isinstance(result, Interruption) and workflow.state == WorkflowState.PAUSED:
+                # A resumable step keeps its cursor for resume(): stopped at a checkpoint, or
+                # finished its last item after an operator paused the performing workflow.
+                if (
+                    workflow.state == WorkflowState.PAUSED
+                    and step_def.resumable
+                    and isinstance(result, Interruption | Completed)
+                ):
                     transition_step(execution, StepState.COMPLETED, Outcome.WORKFLOW_PAUSED)
                 else:
                     transition_step(execution, StepState.CANCELED, Outcome.CANCELED)

@@ -1139,3 +1139,35 @@ def test_a_stale_pause_marker_of_a_skipped_step_does_not_hijack_a_later_resume(o
     speedrun_workflow(wf)
     assert processed == [1, "after", "after"]
     assert_workflow_state(wf, "finished")
+
+
+def test_out_of_band_pause_after_the_last_checkpoint_does_not_restart_the_iteration(order):
+    """The operator pauses while the step finishes its last item: the gem cannot get here
+    (it pauses only ready workflows); we keep the cursor so resume does not redo the work."""
+    processed = []
+    holder = {}
+
+    class PausedAtTheEndFlow(Workflow):
+        @resumable_step
+        def walk(self, it):
+            it.iterate_over([1, 2, 3], processed.append)
+            if not holder.get("paused"):
+                holder["paused"] = True
+                with_other_session(holder["id"], lambda w: w.pause())
+
+        @step
+        def after(self):
+            processed.append("after")
+
+    wf = PausedAtTheEndFlow.create(hero=order)
+    holder["id"] = wf.id
+    first = perform_next_step(wf)
+    assert_workflow_state(wf, "paused")
+    wf.session.refresh(first)
+    assert (first.state, first.outcome) == ("completed", "workflow_paused")
+    assert first.cursor_value == 3
+    successor = wf.resume()
+    assert successor.continues_from_id == first.id
+    speedrun_workflow(wf)
+    assert processed == [1, 2, 3, "after"]
+    assert_workflow_state(wf, "finished")
