@@ -178,8 +178,12 @@ def recover_stuck(state: str, now: datetime) -> int:
     """Recover every stuck execution in ``state`` (in_progress or scheduled); return the count."""
     excluded: set[int] = set()
     recovered = 0
+    # Executions this run creates (the retries) are never candidates in the same run, whatever
+    # clock ``now`` says: the sweep only looks at rows that existed when it started.
+    with db.new_session() as session:
+        newest = session.scalar(select(func.max(StepExecution.id))) or 0
     while True:
-        ids = _stuck_ids(state, now, excluded)
+        ids = _stuck_ids(state, now, excluded, newest)
         if not ids:
             return recovered
         for execution_id in ids:
@@ -199,7 +203,7 @@ def recover_stuck(state: str, now: datetime) -> int:
                 excluded.add(execution_id)
 
 
-def _stuck_ids(state: str, now: datetime, excluded: set[int]) -> list[int]:
+def _stuck_ids(state: str, now: datetime, excluded: set[int], newest: int) -> list[int]:
     batch = settings.housekeeping_batch_size
     if state == StepState.IN_PROGRESS:
         column = StepExecution.started_at
@@ -207,7 +211,9 @@ def _stuck_ids(state: str, now: datetime, excluded: set[int]) -> list[int]:
     else:
         column = StepExecution.scheduled_for
         cutoff = now - settings.stuck_scheduled_threshold
-    query = select(StepExecution.id).where(StepExecution.state == state, column < cutoff)
+    query = select(StepExecution.id).where(
+        StepExecution.state == state, column < cutoff, StepExecution.id <= newest
+    )
     if state == StepState.SCHEDULED:
         query = query.join(Workflow, Workflow.id == StepExecution.workflow_id).where(
             Workflow.state != WorkflowState.PAUSED

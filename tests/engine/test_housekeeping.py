@@ -368,3 +368,11 @@ def test_workflow_locked_elsewhere_is_skipped_this_run_on_postgresql(geneva_sess
     assert housekeeping.run().stuck_in_progress_recovered == 0
     geneva_session.commit()
     assert housekeeping.run().stuck_in_progress_recovered == 1
+
+
+def test_a_run_with_a_future_clock_does_not_recover_its_own_retries(geneva_session):
+    wf = _create(geneva_session)
+    # Far in the future every new retry would look stuck too; the run must still end.
+    report = housekeeping.run(now=utcnow() + timedelta(days=1))
+    assert report.stuck_scheduled_recovered == 1
+    assert [e.state for e in _executions(geneva_session, wf)] == ["completed", "scheduled"]
