@@ -19,6 +19,7 @@ from flask import Blueprint, Flask, Response, current_app, request
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
+from engine import metrics as engine_metrics
 from engine import prometheus
 
 bp = Blueprint("metrics", __name__)
@@ -27,8 +28,15 @@ _REGISTRY_KEY = "geneva_drive.metrics_registry"
 
 
 def init_app(app: Flask) -> None:
-    """Install the event metrics and serve ``/metrics`` on ``app``."""
+    """Install the event metrics and serve ``/metrics`` on ``app``.
+
+    ``METRICS_CACHE_SECONDS`` (``GENEVA_METRICS_CACHE_SECONDS``, default 5) sets how long the
+    database gauges are served from memory before one refresh.
+    """
     prometheus.install()
+    cache_seconds = app.config.get("METRICS_CACHE_SECONDS")
+    if cache_seconds is not None:
+        engine_metrics.configure_cache(max_age=float(cache_seconds))
     app.extensions[_REGISTRY_KEY] = prometheus.exposition_registry(database=True)
     app.register_blueprint(bp)
 

@@ -206,3 +206,33 @@ def test_overview_and_metrics_show_the_same_numbers(app, seeded):
     assert families["geneva_drive_oldest_overdue_seconds"].samples[0].value == pytest.approx(
         snapshot.oldest_overdue_seconds
     )
+
+
+def test_cache_period_from_the_app_config(geneva_database, geneva_session, count_statements):
+    from app import create_app
+    from app.extensions import db
+
+    options: dict[str, object] = {}
+    if geneva_database.schema is not None:
+        options = {"connect_args": {"options": f"-csearch_path={geneva_database.schema}"}}
+    previous = metrics._cache.max_age
+    flask_app = create_app(
+        {
+            "TESTING": True,
+            "SQLALCHEMY_DATABASE_URI": geneva_database.url,
+            "SQLALCHEMY_ENGINE_OPTIONS": options,
+            "METRICS_CACHE_SECONDS": 0,
+        }
+    )
+    try:
+        client = flask_app.test_client()
+        with flask_app.app_context():
+            engine = db.engine
+        with count_statements(engine) as counter:
+            scrape(client)
+            scrape(client)
+        assert len(counter.selects()) == 2  # an empty database: one query per scrape, no cache
+    finally:
+        metrics.configure_cache(max_age=previous)
+        with flask_app.app_context():
+            db.engine.dispose()
