@@ -186,16 +186,21 @@ def resume(workflow: Workflow) -> StepExecution | None:
 
 
 def _continuation_point(session: Any, workflow: Workflow) -> StepExecution | None:
-    """A resumable execution to continue from: a workflow_paused marker, or a failed one with a
-    cursor, of the step the workflow is on. (The gem searches markers across all steps, so the
-    marker of a step an operator skipped would hijack a later resume; we do not.)"""
+    """A resumable execution to continue from: a workflow_paused marker (or one housekeeping
+    recovered while the workflow was paused), or a failed one with a cursor, of the step the
+    workflow is on. (The gem searches markers across all steps, so the marker of a step an
+    operator skipped would hijack a later resume; we do not.)"""
+    step_def = workflow.steps.named(workflow.next_step_name)
+    markers = [Outcome.WORKFLOW_PAUSED]
+    if step_def is not None and step_def.resumable:
+        markers.append(Outcome.RECOVERED)
     marker = session.scalars(
         select(StepExecution)
         .where(
             StepExecution.workflow_id == workflow.id,
             StepExecution.step_name == workflow.next_step_name,
             StepExecution.state == StepState.COMPLETED,
-            StepExecution.outcome == Outcome.WORKFLOW_PAUSED,
+            StepExecution.outcome.in_(markers),
         )
         .order_by(StepExecution.created_at.desc(), StepExecution.id.desc())
         .limit(1)

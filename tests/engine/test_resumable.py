@@ -1171,3 +1171,36 @@ def test_out_of_band_pause_after_the_last_checkpoint_does_not_restart_the_iterat
     speedrun_workflow(wf)
     assert processed == [1, 2, 3, "after"]
     assert_workflow_state(wf, "finished")
+
+
+def test_a_stuck_resumable_step_recovered_while_paused_resumes_from_its_cursor(order):
+    from engine import housekeeping
+
+    processed = []
+
+    class CrashWhilePausedFlow(Workflow):
+        @resumable_step
+        def walk(self, it):
+            it.iterate_over(["a", "b", "c", "d"], processed.append)
+
+    wf = CrashWhilePausedFlow.create(hero=order)
+    run_iterations(wf, 2)  # a, b; cursor 2 in the successor
+    assert processed == ["a", "b"]
+    successor = wf.current_execution
+    # the worker running the successor died after one more checkpoint; then an operator paused
+    session = wf.session
+    successor.state = "in_progress"
+    successor.started_at = utcnow() - timedelta(hours=3)
+    successor.cursor_value = 3
+    processed.append("c")
+    wf.state = "paused"
+    session.commit()
+    assert housekeeping.recover_execution(successor.id) is True
+    session.refresh(successor)
+    assert (successor.state, successor.outcome) == ("completed", "recovered")
+    assert_workflow_state(wf, "paused")
+    continued = wf.resume()
+    assert continued.continues_from_id == successor.id
+    assert continued.cursor_value == 3
+    speedrun_workflow(wf)
+    assert processed == ["a", "b", "c", "d"]

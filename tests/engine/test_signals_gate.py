@@ -947,3 +947,64 @@ def test_signals_of_an_unregistered_workflow_do_not_wake(order, geneva_session):
     plain.signal("go")
     geneva_session.commit()
     assert geneva_session.scalars(select(StepExecution)).one().state == "waiting"
+
+
+# --- worker crash after the attach: housekeeping recovery -----------------------------------
+
+
+def _crash_mid_step(session, execution, wf):
+    """What a worker that died inside the body leaves behind."""
+    execution.state = "in_progress"
+    execution.started_at = utcnow() - timedelta(hours=3)
+    wf.state = "performing"
+    wf.current_step_name = execution.step_name
+    session.commit()
+
+
+def test_recovery_after_a_crash_reattaches_the_claimed_signal(order, geneva_session):
+    from engine import housekeeping
+
+    wf = ConfirmFlow.create(hero=order)
+    perform_next_step(wf)
+    parked_execution = perform_next_step(wf)
+    signal = wf.signal("payment_confirmed", payload={"amount_cents": 9})
+    geneva_session.commit()
+    reload(geneva_session, parked_execution)
+    _crash_mid_step(geneva_session, parked_execution, wf)
+    assert housekeeping.recover_execution(parked_execution.id) is True
+    reload(geneva_session, parked_execution)
+    assert (parked_execution.state, parked_execution.outcome) == ("completed", "recovered")
+    assert reload(geneva_session, signal).state == "claimed"
+    fresh = wf.current_execution
+    assert fresh.step_name == "capture"
+    assert fresh.signal_id is None  # a fresh execution: the gate re-attaches
+    speedrun_workflow(wf)
+    reload(geneva_session, signal)
+    assert (signal.claimed, signal.consumed) == (2, 1)
+    assert signal.state == "consumed"
+    assert order.status == f"captured 9 via #{signal.id}"
+
+
+def test_recovery_of_a_resumable_signal_step_carries_the_pin(order, geneva_session):
+    from engine import housekeeping
+
+    class ResumableRecoverFlow(Workflow):
+        @resumable_step(wait_for="go")
+        def walk(self, it):
+            it.iterate_over(self.received_signal.payload["items"], lambda _: None)
+
+    wf = ResumableRecoverFlow.create(hero=order)
+    signal = wf.signal("go", payload={"items": [1, 2, 3]})
+    run_iterations(wf, 1)  # attaches, checkpoints once, continues in a successor
+    successor = wf.current_execution
+    assert successor.signal_id == signal.id
+    _crash_mid_step(geneva_session, successor, wf)
+    assert housekeeping.recover_execution(successor.id) is True
+    recovered_from = wf.current_execution
+    assert recovered_from.continues_from_id == successor.id
+    assert recovered_from.signal_id == signal.id
+    assert recovered_from.cursor_value == 1
+    speedrun_workflow(wf)
+    reload(geneva_session, signal)
+    assert (signal.claimed, signal.consumed) == (1, 1)
+    assert signal.state == "consumed"
