@@ -229,8 +229,9 @@ def _stuck_ids(state: str, now: datetime, excluded: set[int], newest: int) -> li
 def recover_execution(execution_id: int, now: datetime | None = None) -> bool:
     """Recover one stuck execution per ``settings.stuck_recovery_action``.
 
-    Returns False when there was nothing to do (the row moved on, or another process holds the
-    workflow lock). Raises what the recovery raises, after rolling back.
+    Returns False when there was nothing to do: the row is no longer stuck (it moved on, or a
+    worker started it meanwhile), or another process holds the workflow lock. Raises what the
+    recovery raises, after rolling back.
     """
     moment = now or utcnow()
     session = db.new_session()
@@ -240,7 +241,10 @@ def recover_execution(execution_id: int, now: datetime | None = None) -> bool:
             session.rollback()
             return False
         workflow, execution = locked
-        if execution.state not in (StepState.SCHEDULED, StepState.IN_PROGRESS):
+        if not is_stuck(execution, moment):
+            # Re-checked under the lock: between the sweep's read and this lock a worker may
+            # have started the execution (an overdue row of a backlog). Recovering it now
+            # would discard a running step and run it twice.
             session.rollback()
             return False
         context = ContextAdapter(
@@ -269,6 +273,16 @@ def recover_execution(execution_id: int, now: datetime | None = None) -> bool:
         raise
     finally:
         session.close()
+
+
+def is_stuck(execution: StepExecution, now: datetime) -> bool:
+    """The sweeps' definition of stuck, for one row (re-checked under the lock)."""
+    if execution.state == StepState.IN_PROGRESS:
+        started = execution.started_at
+        return started is not None and started < now - settings.stuck_in_progress_threshold
+    if execution.state == StepState.SCHEDULED:
+        return execution.scheduled_for < now - settings.stuck_scheduled_threshold
+    return False
 
 
 def _lock(session: Session, execution_id: int) -> tuple[Workflow, StepExecution] | None:

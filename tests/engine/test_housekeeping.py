@@ -376,3 +376,27 @@ def test_a_run_with_a_future_clock_does_not_recover_its_own_retries(geneva_sessi
     report = housekeeping.run(now=utcnow() + timedelta(days=1))
     assert report.stuck_scheduled_recovered == 1
     assert [e.state for e in _executions(geneva_session, wf)] == ["completed", "scheduled"]
+
+
+def test_row_started_by_a_worker_after_the_sweep_read_it_is_left_running(
+    geneva_session, monkeypatch
+):
+    wf = _create(geneva_session)
+    _backdate(geneva_session, wf, timedelta(hours=1))  # an overdue row of a backlog
+    real = housekeeping._stuck_ids
+
+    def read_then_worker_starts_it(state, now, excluded, newest):
+        ids = real(state, now, excluded, newest)
+        if state == "scheduled" and ids:
+            # A worker picks the row up between the sweep's read and its lock.
+            running = _current(geneva_session, wf)
+            running.state = "in_progress"
+            running.started_at = utcnow()
+            geneva_session.commit()
+        return ids
+
+    monkeypatch.setattr(housekeeping, "_stuck_ids", read_then_worker_starts_it)
+    report = housekeeping.run()
+    assert report.stuck_scheduled_recovered == 0
+    assert report.stuck_in_progress_recovered == 0
+    assert [e.state for e in _executions(geneva_session, wf)] == ["in_progress"]
