@@ -225,7 +225,13 @@ def cmd_up(args: argparse.Namespace) -> int:
         if not stopper.event.is_set():
             worker.start()
             threads.append(
-                _thread(run_dispatcher, "geneva-housekeeping", stopper.event, dispatch=False)
+                _thread(
+                    run_dispatcher,
+                    "geneva-housekeeping",
+                    stopper.event,
+                    dispatch=False,
+                    first_housekeeping_after=EMBEDDED_HOUSEKEEPING_DELAY,
+                )
             )
             if seed is not None:
                 threads.append(_thread(seed.run_ticker, "geneva-demo-ticker", stopper.event))
@@ -253,7 +259,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     worker.start()
     housekeeping = None
     if not args.no_housekeeping:
-        housekeeping = _thread(run_dispatcher, "geneva-housekeeping", stopper.event, dispatch=False)
+        housekeeping = _thread(
+            run_dispatcher,
+            "geneva-housekeeping",
+            stopper.event,
+            dispatch=False,
+            first_housekeeping_after=EMBEDDED_HOUSEKEEPING_DELAY,
+        )
     print(f"GenevaDrive embedded worker running (pid {os.getpid()}).", flush=True)
     try:
         stopper.wait()

@@ -143,8 +143,8 @@ def run_dispatcher(
     Also runs :func:`engine.housekeeping.run` every ``settings.housekeeping_interval`` when
     ``housekeeping`` is true. ``dispatch=False`` runs housekeeping alone (the embedded worker
     reads due executions from the table itself, so it needs no sends);
-    ``first_housekeeping_after`` seconds delay the first housekeeping run. Errors are reported and the loop carries on: a database restart
-    must not need a dispatcher restart.
+    ``first_housekeeping_after`` seconds delay the first housekeeping run. Errors are reported
+    and the loop carries on: a database restart must not need a dispatcher restart.
     """
     from engine.housekeeping import run as run_housekeeping
 
