@@ -5,7 +5,8 @@ as a Celery worker's environment would) and ``GENEVA_DATABASE_URL`` (plus
 ``GENEVA_TEST_SCHEMA`` on PostgreSQL). Modes:
 
 * ``run ID…`` — install the event metrics and run those step executions through the real
-  executor, like a prefork child running ``geneva_drive.perform_step``.
+  executor, like a prefork child running ``geneva_drive.perform_step``; then one
+  housekeeping pass.
 * ``scrape`` — build the dashboard and print its ``/metrics`` (the aggregated directory plus
   the database gauges).
 * ``serve`` — start the worker metrics server on ``GENEVA_WORKER_METRICS_PORT`` and print
@@ -55,6 +56,9 @@ def main(argv: list[str]) -> int:
         prometheus.install()
         for execution_id in args:
             executor.execute(int(execution_id))
+        from engine import housekeeping
+
+        housekeeping.run()  # every worker process runs one pass
         print(os.getpid())
         return 0
     if mode == "scrape":

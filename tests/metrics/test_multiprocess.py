@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,15 @@ def test_counters_of_two_workers_add_up(ran_in_two_workers):
         )
         == 2 * PER_WORKER
     )
+    assert registry.get_sample_value("geneva_drive_housekeeping_runs_total") == 2
+    # A timestamp gauge in "mostrecent" mode: one value, the latest of the two processes.
+    [last_run] = [
+        s
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == "geneva_drive_housekeeping_last_run_timestamp_seconds"
+    ]
+    assert abs(last_run.value - time.time()) < 300
 
 
 def test_dashboard_metrics_aggregate_the_directory(ran_in_two_workers):
