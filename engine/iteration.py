@@ -76,13 +76,20 @@ class IterableStep:
     def _persist(self) -> None:
         data = serialize_cursor(self.cursor)
         session = self._executor.session
-        session.execute(
-            update(StepExecution)
-            .where(StepExecution.id == self.execution.id)
-            .values(cursor=data, updated_at=utcnow())
-            .execution_options(synchronize_session=False)
-        )
-        session.commit()
+        try:
+            session.execute(
+                update(StepExecution)
+                .where(StepExecution.id == self.execution.id)
+                .values(cursor=data, updated_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+            session.commit()
+        except BaseException:
+            # The step's own writes failed to flush or commit with the cursor. Roll them back
+            # so the session stays usable: the error goes to the exception policy like any
+            # other, and the last committed checkpoint stays the cursor.
+            session.rollback()
+            raise
 
     # --- iteration helpers ---------------------------------------------------------------
 

@@ -234,6 +234,14 @@ def test_assert_helpers_fail_with_the_gems_messages(order):
         assert_step_has_successor(run, "walk")
 
 
+def Order_for_id(order):
+    session = db.SessionFactory.object_session(order)
+    other = Order()
+    session.add(other)
+    session.commit()
+    return other.id
+
+
 def Order_for(wf):
     session = wf.session
     hero = Order()
@@ -1204,3 +1212,29 @@ def test_a_stuck_resumable_step_recovered_while_paused_resumes_from_its_cursor(o
     assert continued.cursor_value == 3
     speedrun_workflow(wf)
     assert processed == ["a", "b", "c", "d"]
+
+
+def test_a_checkpoint_whose_commit_fails_is_handled_by_the_policy(order):
+    """The checkpoint commits the step's own writes with the cursor; when that commit fails
+    (here a duplicate primary key), the step fails like any exception instead of leaving the
+    execution stuck in_progress."""
+    from sqlalchemy.exc import IntegrityError
+
+    taken = Order_for_id(order)
+
+    class BadWriteFlow(Workflow):
+        @resumable_step
+        def walk(self, it):
+            def work(item):
+                if item == 2:
+                    self.session.add(Order(id=taken))  # a primary key that is already used
+
+            it.iterate_over([1, 2, 3], work)
+
+    wf = BadWriteFlow.create(hero=order)
+    with pytest.raises(IntegrityError):
+        perform_next_step(wf)
+    [execution] = chain(wf, "walk")
+    assert (execution.state, execution.outcome) == ("failed", "failed")
+    assert execution.cursor_value == 1  # the last checkpoint that committed
+    assert_workflow_state(wf, "paused")
