@@ -443,6 +443,11 @@ def start_worker_server(port: int | None = None, addr: str | None = None) -> boo
             "serving worker metrics without PROMETHEUS_MULTIPROC_DIR: steps run in prefork "
             "children will not be counted here"
         )
-    start_http_server(port, addr=addr, registry=exposition_registry())
+    try:
+        start_http_server(port, addr=addr, registry=exposition_registry())
+    except OSError as error:
+        # A taken port must not stop the worker from running steps: metrics are best effort.
+        log.error("cannot serve worker metrics on %s:%s: %s", addr, port, error)
+        return False
     log.info("worker metrics on http://%s:%s/metrics", addr, port)
     return True
