@@ -5,7 +5,6 @@ recovered by housekeeping."""
 
 from __future__ import annotations
 
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -16,7 +15,6 @@ import pytest
 
 from engine import housekeeping, settings
 from engine.celery import CeleryTransport, make_celery
-from engine.dispatch import run_dispatcher
 from engine.transport import Message, new_job_id
 from tests.integration.conftest import (
     AMQP_URL,
@@ -139,7 +137,7 @@ def test_workflow_with_waits_completes(worker: Worker, use_transport) -> None:
 
 
 def test_delayed_step_is_sent_by_the_dispatcher_when_due_not_before(
-    worker: Worker, use_transport
+    worker: Worker, use_transport, tmp_path: Path, processes: list[Process]
 ) -> None:
     use_transport(worker.transport)
     workflow_id = create_workflow(ItDelayedWorkflow)
@@ -150,19 +148,35 @@ def test_delayed_step_is_sent_by_the_dispatcher_when_due_not_before(
     later = wait_until(later_execution, what="the worker to schedule `later`")
     # Three seconds out is beyond the 1 s horizon: the worker sent nothing for it.
     assert later.sent_at is None
-    stop = threading.Event()
-    dispatcher = threading.Thread(
-        target=run_dispatcher, args=(stop,), kwargs={"interval": 0.2, "housekeeping": False}
+    # The production dispatcher: celery beat sends geneva_drive.dispatch_due every 0.3 s, and
+    # the worker runs the sweep.
+    beat = Process(
+        [
+            str(BIN / "celery"),
+            "-A",
+            "engine.celery",
+            "beat",
+            "--loglevel=INFO",
+            "-s",
+            str(tmp_path / "beat-schedule"),
+        ],
+        process_env(
+            worker.database,
+            worker.log,
+            GENEVA_BROKER_URL=worker.broker.url,
+            GENEVA_DEFAULT_QUEUE=worker.queue,
+            GENEVA_DISPATCH_INTERVAL="0.3",
+            GENEVA_HOUSEKEEPING_INTERVAL="3600",
+        ),
+        tmp_path / "beat.log",
     )
-    dispatcher.start()
-    try:
-        time.sleep(1.0)
-        if later.scheduled_for.timestamp() > time.time():
-            assert later_execution().sent_at is None, "sent before it was due"
-        wait_for_state(workflow_id, "finished")
-    finally:
-        stop.set()
-        dispatcher.join(5)
+    processes.append(beat)
+    beat.wait_for_output("Sending due task geneva-drive-dispatch-due", timeout=60)
+    if later.scheduled_for.timestamp() > time.time() + 0.5:
+        time.sleep(0.5)  # a few sweeps before it is due
+        assert later_execution().sent_at is None, "sent before it was due"
+    wait_for_state(workflow_id, "finished")
+    beat.stop()
     later = later_execution()
     assert later.sent_at is not None
     assert later.sent_at >= later.scheduled_for
