@@ -32,6 +32,8 @@ def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
         template_folder=str(ROOT / "templates"),
         static_folder=str(ROOT / "static"),
     )
+    # Ids in URLs are BIGINTs: a larger number is a 404, not an overflow in the database driver.
+    app.url_map.converters["int"] = security.BoundedIntConverter
     config.load(app, config_overrides)
     if app.config["SECRET_KEY"] == config.DEV_SECRET_KEY and not (
         app.config.get("DEMO") or app.testing

@@ -43,6 +43,9 @@ DEFAULTS: dict[str, Any] = {
     "POLL_SECONDS": 5,
     #: Seconds the overview's grouped counts are cached per process.
     "COUNTS_CACHE_SECONDS": 5,
+    #: Largest request body accepted (413 above it); signal payloads are capped far lower by
+    #: the engine (``max_signal_payload_size``), this stops a huge body before it is parsed.
+    "MAX_CONTENT_LENGTH": 1024 * 1024,
     "SESSION_COOKIE_HTTPONLY": True,
     "SESSION_COOKIE_SAMESITE": "Lax",
     "SESSION_COOKIE_SECURE": False,

@@ -68,6 +68,11 @@ def init_app(app: Flask) -> None:
             error.code or 500, error.name, error.description or "Something went wrong."
         )
 
+    @app.errorhandler(UnicodeDecodeError)
+    def _undecodable(error: UnicodeDecodeError) -> Any:
+        # Raw non-UTF-8 bytes in the query string or form (werkzeug decodes them strictly).
+        return _render_error(400, "Bad Request", "The request is not valid UTF-8.")
+
     @app.errorhandler(EngineError)
     def _engine_error(error: EngineError) -> Any:
         # Views route actions through app.operator, which catches refusals itself; this is

@@ -19,6 +19,7 @@ from flask import abort
 from app.errors import REFUSALS, status_for
 from app.extensions import db
 from engine.models import OperatorAction
+from engine.serialization import compact_size, to_json_value
 from engine.workflow import Workflow
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,8 @@ def parse_payload(text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"Payload (JSON) is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise ValueError("Payload (JSON) is nested too deeply.") from None
 
 
 def _pause(wf: Workflow, params: dict[str, Any]) -> str:
@@ -96,6 +99,34 @@ ACTIONS: dict[str, Callable[[Workflow, dict[str, Any]], str]] = {
 }
 
 
+#: Largest value (bytes of JSON) a refused action's audit row keeps verbatim.
+AUDIT_REFUSED_VALUE_LIMIT = 2048
+
+
+def _audit_text(text: str) -> str:
+    """Text every backend stores: no NUL, no lone surrogates (both come from raw input)."""
+    return text.replace("\x00", "\\x00").encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _audit_params(params: dict[str, Any] | None, *, refused: bool) -> dict[str, Any]:
+    """What the audit row keeps of the input. A refusal keeps only what can be stored and is
+    small: input the engine refused (too large, not storable) is summarized, never copied, so
+    the audit log cannot become the store for what the engine turned away."""
+    safe: dict[str, Any] = {}
+    for key, value in (params or {}).items():
+        try:
+            data = to_json_value(value, path=str(key))
+            size = compact_size(data)
+        except (TypeError, ValueError, RecursionError):
+            safe[key] = f"(not stored: a {type(value).__name__} that cannot be stored)"
+            continue
+        if refused and size > AUDIT_REFUSED_VALUE_LIMIT:
+            safe[key] = f"(not stored: {size} bytes)"
+        else:
+            safe[key] = value
+    return safe
+
+
 def _record(
     actor: str,
     action: str,
@@ -110,11 +141,11 @@ def _record(
         actor=actor,
         action=action,
         workflow_id=workflow_id,
-        params=params or None,
+        params=_audit_params(params, refused=result == "refused") or None,
         from_state=from_state,
         to_state=to_state,
         result=result,
-        message=message,
+        message=_audit_text(message),
     )
     db.session.add(row)
     return row

@@ -53,7 +53,7 @@ class WorkflowFilters:
     @classmethod
     def from_args(cls, args: Any) -> WorkflowFilters:
         def get(name: str) -> str:
-            return str(args.get(name, "") or "").strip()
+            return clean_text(args.get(name, ""))
 
         due = get("due")
         return cls(
@@ -99,8 +99,9 @@ class WorkflowFilters:
 def _search(q: str) -> Any:
     """``q``: a workflow id (``42`` or ``#42``), or a hero as ``Type:id`` / ``Type/id``."""
     text = q.lstrip("#")
-    if text.isdigit():
-        return Workflow.id == int(text)
+    if text.isascii() and text.isdigit():
+        number = parse_id(text)
+        return Workflow.id == number if number is not None else Workflow.id.is_(None)
     for separator in (":", "/"):
         hero_type, sep, hero_id = q.partition(separator)
         if sep and hero_type and hero_id:
@@ -171,11 +172,29 @@ class Page:
     older: int | None = None
 
 
-def _int_arg(value: Any) -> int | None:
-    try:
-        return int(value) if value not in (None, "") else None
-    except (TypeError, ValueError):
+#: The largest id a BIGINT column holds; anything larger cannot name a row.
+MAX_ID = 2**63 - 1
+
+
+def parse_id(value: Any) -> int | None:
+    """An id typed or sent by a client: ASCII digits within BIGINT range, else None.
+
+    (``str.isdigit`` also accepts "²" or "٣", and a 30-digit number overflows the column.)
+    """
+    text = str(value if value is not None else "").strip().lstrip("#")
+    if not text or not (text.isascii() and text.isdigit()):
         return None
+    number = int(text)
+    return number if number <= MAX_ID else None
+
+
+def clean_text(value: Any) -> str:
+    """A filter value as text without NUL characters (PostgreSQL refuses them in queries)."""
+    return str(value or "").replace("\x00", "").strip()
+
+
+def _int_arg(value: Any) -> int | None:
+    return parse_id(value)
 
 
 def keyset_page(
@@ -605,9 +624,9 @@ class AuditFilters:
     @classmethod
     def from_args(cls, args: Any) -> AuditFilters:
         return cls(
-            actor=str(args.get("actor", "") or "").strip(),
-            action=str(args.get("action", "") or "").strip(),
-            workflow=str(args.get("workflow", "") or "").strip(),
+            actor=clean_text(args.get("actor", "")),
+            action=clean_text(args.get("action", "")),
+            workflow=clean_text(args.get("workflow", "")),
         )
 
     def as_params(self) -> dict[str, str]:
@@ -625,7 +644,8 @@ def audit_page(session: Session, filters: AuditFilters, after: Any, before: Any)
                 OperatorAction.action == f"bulk_{filters.action}",
             )
         )
-    if filters.workflow.isdigit():
-        stmt = stmt.where(OperatorAction.workflow_id == int(filters.workflow))
+    workflow_id = parse_id(filters.workflow)
+    if workflow_id is not None:
+        stmt = stmt.where(OperatorAction.workflow_id == workflow_id)
     limit = int(current_app.config["PAGE_SIZE"])
     return keyset_page(session, stmt, OperatorAction.id, after=after, before=before, limit=limit)

@@ -7,7 +7,10 @@ own behaviour lives in ``static/js/app.js``.
 
 from __future__ import annotations
 
-from flask import Flask, Response
+from typing import Any
+
+from flask import Flask, Response, abort, request
+from werkzeug.routing import IntegerConverter
 
 CONTENT_SECURITY_POLICY = "; ".join(
     [
@@ -24,7 +27,19 @@ CONTENT_SECURITY_POLICY = "; ".join(
 )
 
 
+def refuse_nul() -> None:
+    """No dashboard input may hold a NUL character: PostgreSQL refuses it in any text value,
+    so it would surface as a database error. Refused up front with a 400 instead."""
+    values = [request.path, *request.args.values()]
+    if request.method not in ("GET", "HEAD", "OPTIONS"):
+        values.extend(request.form.values())
+    if any("\x00" in value for value in values):
+        abort(400, description="The request contains a NUL character.")
+
+
 def init_app(app: Flask) -> None:
+    app.before_request(refuse_nul)
+
     @app.after_request
     def _security_headers(response: Response) -> Response:
         headers = response.headers
@@ -33,3 +48,11 @@ def init_app(app: Flask) -> None:
         headers.setdefault("X-Frame-Options", "DENY")
         headers.setdefault("Referrer-Policy", "same-origin")
         return response
+
+
+class BoundedIntConverter(IntegerConverter):
+    """``<int:…>`` limited to the BIGINT range (ids); a larger number does not match (404)."""
+
+    def __init__(self, map: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("max", 2**63 - 1)
+        super().__init__(map, *args, **kwargs)

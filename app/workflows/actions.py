@@ -93,8 +93,9 @@ def _selection(source: Any) -> tuple[queries.WorkflowFilters, list[int], str]:
     else:
         ids = []
         for raw in source.getlist("ids"):
-            if str(raw).isdigit():
-                ids.append(int(raw))
+            workflow_id = queries.parse_id(raw)
+            if workflow_id is not None:
+                ids.append(workflow_id)
         ids = sorted(set(ids), reverse=True)
         if not ids:
             error = "Select workflows first, or choose all workflows matching the filter."
