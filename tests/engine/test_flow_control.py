@@ -572,3 +572,20 @@ def test_removed_steps_in_flight(geneva_session):
     for wf_id in ongoing_ids:
         speedrun_workflow(geneva_session.get(BaseWorkflow, wf_id))
     assert FlowDrainV2.removed_steps_in_flight(geneva_session) == {}
+
+
+def test_resume_at_clears_a_stale_current_step_name(geneva_session, flow):
+    wf = flow("none")
+    geneva_session.commit()
+    # finalize guards leave current_step_name set; force that shape
+    geneva_session.execute(
+        update(BaseWorkflow)
+        .where(BaseWorkflow.id == wf.id)
+        .values(state="paused", current_step_name="first")
+    )
+    geneva_session.commit()
+    geneva_session.refresh(wf)
+    assert wf.previous_step_name is None  # reference step is current_step_name "first"
+    wf.resume_at("third")
+    assert wf.current_step_name is None and wf.next_step_name == "third"
+    assert wf.previous_step_name == "second"
