@@ -182,3 +182,21 @@ def test_rows_locked_by_another_dispatcher_are_skipped_on_postgresql(
     assert dispatch_due(later) == 0  # skipped at once, not waited for
     geneva_session.commit()
     assert dispatch_due(later) == 1
+
+
+class DispatchRoutedWorkflow(Workflow):
+    step_job_options = {"queue": "payments", "priority": 5}
+
+    @step(wait=timedelta(days=2), job_options={"priority": 9})
+    def settle(self):
+        pass
+
+
+def test_dispatched_message_carries_the_merged_job_options(geneva_session, geneva_transport):
+    wf = _create(geneva_session, DispatchRoutedWorkflow)
+    execution = _execution(geneva_session, wf)
+    execution.scheduled_for = utcnow() - timedelta(seconds=1)
+    geneva_session.commit()
+    assert dispatch_due() == 1
+    (message,) = geneva_transport.messages
+    assert (message.queue, message.priority) == ("payments", 9)
