@@ -267,3 +267,15 @@ def test_wait_until_job_option_delays_the_message(geneva_session, geneva_transpo
     assert 35 <= message.countdown <= 40
     [ex] = executions(geneva_session, wf)
     assert (ex.scheduled_for - ex.created_at) < timedelta(seconds=2)
+
+
+def test_inline_enqueue_restores_the_previous_mode_after_an_exception(
+    geneva_session, geneva_transport
+):
+    from engine.transport import enqueues_deferred
+
+    assert enqueues_deferred()
+    with pytest.raises(KeyError), with_inline_enqueue():
+        assert not enqueues_deferred()
+        raise KeyError("x")
+    assert enqueues_deferred()

@@ -245,3 +245,21 @@ def test_error_hierarchy():
     error = errors.StepNotDefinedError("gone", step_execution="ex", workflow="wf")
     assert (str(error), error.step_execution, error.workflow) == ("gone", "ex", "wf")
     assert errors.StepNotDefinedError("gone").step_execution is None
+
+
+def test_previous_step_name_of_a_finished_workflow_is_the_last_step_even_a_gravestone(
+    geneva_session,
+):
+    from engine import removed_step
+
+    class StatesTrailingGrave(Workflow):
+        @step
+        def a(self):
+            pass
+
+        gone = removed_step()
+
+    wf = StatesTrailingGrave.create(hero=make_order(geneva_session))
+    speedrun_workflow(wf)
+    assert wf.state == "finished"
+    assert wf.previous_step_name == "gone"
