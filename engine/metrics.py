@@ -173,7 +173,9 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
     stuck_threshold = settings.stuck_in_progress_threshold
     started = time.perf_counter()
     if session.get_bind().dialect.name == "postgresql":
-        # JIT compiling the count over a million rows costs more than running it (~200 ms).
+        # The planner overestimates the overdue rows (history is full of past scheduled_for
+        # values), so the queries cross jit_above_cost and compiling them took 0.8 s of a
+        # 1 s refresh at 1M workflows, for queries that then run in ~0.2 s (bench/RESULTS.md).
         session.execute(text("SET LOCAL jit = off"))
     states: dict[str, dict[str, int]] = {}
     for workflow_type, state, count in session.execute(_workflow_counts()):
