@@ -52,6 +52,7 @@ from flask import (
 from werkzeug.security import check_password_hash
 
 from app import csrf
+from app.ratelimit import DEFAULT_MAX_FAILURES, DEFAULT_WINDOW_SECONDS, FailureLimiter
 
 ROLES = ("viewer", "operator")
 DEMO_USER = "demo"
@@ -156,13 +157,24 @@ def login() -> Any:
     if request.method == "POST":
         name = request.form.get("username", "").strip()
         password = request.form.get("password", "")
+        keys = [f"addr:{request.remote_addr}", f"user:{name.lower()}"]
+        limiter: FailureLimiter = current_app.extensions["geneva_drive.login_limiter"]
+        limit = int(current_app.config.get("LOGIN_MAX_FAILURES", DEFAULT_MAX_FAILURES))
+        window = float(current_app.config.get("LOGIN_WINDOW_SECONDS", DEFAULT_WINDOW_SECONDS))
+        wait = limiter.retry_after(keys, limit, window)
+        if wait:
+            message = f"Too many failed logins. Try again in {wait} seconds."
+            page = render_template("auth/login.html", error=message, next="", demo=_demo_open())
+            return page, 429, {"Retry-After": str(wait)}
         entry = current_app.config.get("USERS", {}).get(name)
         hashed = entry.get("password_hash") if isinstance(entry, dict) else None
         if hashed and check_password_hash(str(hashed), password):
+            limiter.clear(keys)
             session.clear()  # a fresh session on login: no fixation of a pre-login cookie
             session["user"] = name
             csrf.csrf_token()
             return redirect(_safe_next(request.args.get("next")))
+        limiter.fail(keys)
         error = "Unknown user or wrong password."
         status = 401
     return (
@@ -187,6 +199,7 @@ def logout() -> Any:
 
 
 def init_app(app: Flask) -> None:
+    app.extensions["geneva_drive.login_limiter"] = FailureLimiter()
     app.before_request(authorize)
     app.register_blueprint(bp)
 

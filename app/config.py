@@ -46,6 +46,10 @@ DEFAULTS: dict[str, Any] = {
     #: Largest request body accepted (413 above it); signal payloads are capped far lower by
     #: the engine (``max_signal_payload_size``), this stops a huge body before it is parsed.
     "MAX_CONTENT_LENGTH": 1024 * 1024,
+    #: Failed logins allowed per client address and per username within the window (429
+    #: after that; see app.ratelimit).
+    "LOGIN_MAX_FAILURES": 5,
+    "LOGIN_WINDOW_SECONDS": 300,
     "SESSION_COOKIE_HTTPONLY": True,
     "SESSION_COOKIE_SAMESITE": "Lax",
     "SESSION_COOKIE_SECURE": False,

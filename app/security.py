@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from flask import Flask, Response, abort, request
+from flask.sessions import SecureCookieSessionInterface
 from werkzeug.routing import IntegerConverter
 
 CONTENT_SECURITY_POLICY = "; ".join(
@@ -37,7 +38,16 @@ def refuse_nul() -> None:
         abort(400, description="The request contains a NUL character.")
 
 
+class SessionInterface(SecureCookieSessionInterface):
+    """The signed-cookie session, marked ``Secure`` whenever the request came over HTTPS, even
+    when ``SESSION_COOKIE_SECURE`` was left off (set it to force the flag everywhere)."""
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        return bool(app.config["SESSION_COOKIE_SECURE"]) or bool(request and request.is_secure)
+
+
 def init_app(app: Flask) -> None:
+    app.session_interface = SessionInterface()
     app.before_request(refuse_nul)
 
     @app.after_request
