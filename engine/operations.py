@@ -249,26 +249,95 @@ def _stranded_error(workflow: Workflow) -> StepNotDefinedError:
     )
 
 
-def resume_at(workflow: Workflow, step_name: Any) -> StepExecution:
-    """Resume a paused workflow at a chosen runnable step; returns the new execution."""
+def resume_at(
+    workflow: Workflow, step_name: Any, workflow_class: type[Workflow] | str | None = None
+) -> StepExecution:
+    """Resume a paused workflow at a chosen runnable step; returns the new execution.
+
+    ``workflow_class`` (a registered class or its ``workflow_name``) moves a workflow whose
+    class no longer exists (it loads as plain ``Workflow``) onto a class that does, and
+    resumes it at a step of that class (SPEC §2.2).
+    """
     _check("resume_at", workflow, states.can_resume_at(workflow.state))
+    target = _target_class(workflow, workflow_class)
     name = str(step_name)
-    step_def = workflow.steps.named(name)
+    step_def = target.steps.named(name)
     if step_def is None or step_def.removed:
         what = "a removed_step" if step_def is not None else "not defined"
+        hint = ""
+        if not target.steps.runnable:
+            hint = (
+                " Its class no longer exists; pass workflow_class= to resume it at a step of a "
+                "class that does."
+            )
         raise StepNotDefinedError(
             f"Cannot resume {_label(workflow)} at '{name}': that step is {what} in "
-            f"{type(workflow).__name__}. The steps it can be resumed at are "
-            f"{_runnable_names(workflow)}.",
+            f"{target.__name__}. The steps it can be resumed at are "
+            f"{', '.join(s.name for s in target.steps.runnable) or '(none)'}.{hint}",
             workflow=workflow,
         )
     session = _locked(workflow)
     _check("resume_at", workflow, states.can_resume_at(workflow.state))
+    if target is not type(workflow):
+        _check_slot_free(session, workflow, target)
+        workflow.type = target.workflow_name
     _release_running(session, workflow, StepState.CANCELED, Outcome.CANCELED)
     workflow.state = WorkflowState.READY
     workflow.current_step_name = None
     workflow.transitioned_at = None
     return scheduling.create_step_execution(session, workflow, step_def, None)
+
+
+def _target_class(workflow: Workflow, workflow_class: type[Workflow] | str | None) -> Any:
+    from engine.workflow import Workflow as BaseWorkflow
+    from engine.workflow import registered_workflows
+
+    if workflow_class is None:
+        return type(workflow)
+    registry = registered_workflows()
+    if isinstance(workflow_class, str):
+        target = registry.get(workflow_class)
+    else:
+        target = workflow_class if workflow_class in registry.values() else None
+    if target is None:
+        raise ValueError(
+            f"resume_at(workflow_class={workflow_class!r}): not a registered workflow class; "
+            f"known: {', '.join(sorted(registry)) or '(none)'}"
+        )
+    if target is not type(workflow) and type(workflow) is not BaseWorkflow:
+        raise InvalidStateError(
+            f"Cannot move {_label(workflow)} to {target.__name__}: only a workflow whose class no "
+            "longer exists can be resumed at a step of another class."
+        )
+    return target
+
+
+def _check_slot_free(session: Any, workflow: Workflow, target: Any) -> None:
+    """Moving onto ``target`` must not give a hero two ongoing workflows of one class."""
+    from engine.errors import DuplicateWorkflowError
+    from engine.states import TERMINAL_WORKFLOW_STATES
+    from engine.workflow import Workflow as BaseWorkflow
+
+    if workflow.allow_multiple or workflow.hero_type is None:
+        return
+    existing = session.scalar(
+        select(BaseWorkflow.id)
+        .where(
+            BaseWorkflow.type == target.workflow_name,
+            BaseWorkflow.hero_type == workflow.hero_type,
+            BaseWorkflow.hero_id == workflow.hero_id,
+            BaseWorkflow.state.not_in(list(TERMINAL_WORKFLOW_STATES)),
+            BaseWorkflow.allow_multiple.is_(False),
+            BaseWorkflow.id != workflow.id,
+        )
+        .limit(1)
+    )
+    if existing is not None:
+        raise DuplicateWorkflowError(
+            f"Cannot move {_label(workflow)} to {target.__name__}: an ongoing "
+            f"{target.__name__} (workflow #{existing}) already exists for "
+            f"{workflow.hero_type} #{workflow.hero_id}. Cancel one of them first."
+        )
 
 
 def reattempt(workflow: Workflow) -> StepExecution | None:

@@ -12,6 +12,7 @@ and ``skip()`` are operator actions (:mod:`engine.operations`).
 
 from __future__ import annotations
 
+import builtins
 import contextvars
 import uuid
 import warnings
@@ -479,11 +480,17 @@ class Workflow(TimestampMixin, Base):
 
         return operations.resume(self)
 
-    def resume_at(self, step_name: str) -> StepExecution:
-        """Operator: continue a paused workflow at ``step_name`` (a runnable step)."""
+    def resume_at(
+        self, step_name: str, workflow_class: builtins.type[Workflow] | str | None = None
+    ) -> StepExecution:
+        """Operator: continue a paused workflow at ``step_name`` (a runnable step).
+
+        ``workflow_class`` moves a workflow whose class no longer exists onto a registered
+        class and resumes it at one of that class's steps.
+        """
         from engine import operations
 
-        return operations.resume_at(self, step_name)
+        return operations.resume_at(self, step_name, workflow_class=workflow_class)
 
     def signal(
         self, name: str, payload: Any = None, idempotency_key: Any = None, **unknown: Any

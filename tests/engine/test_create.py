@@ -411,3 +411,92 @@ def test_create_uses_the_heros_session(geneva_session):
     finally:
         db.set_current_session(geneva_session)
     assert wf in geneva_session
+
+
+def test_deleted_class_can_be_resumed_at_a_step_of_a_class_that_exists(geneva_session):
+    """SPEC §2.2: an orphaned workflow (its class is gone) is moved onto an existing class."""
+    calls = []
+
+    class CreateRenamedOld(Workflow):
+        @step
+        def first(self):
+            raise RuntimeError("old code")
+
+    class CreateRenamedNew(Workflow):
+        @step
+        def start(self):
+            calls.append("start")
+
+        @step
+        def finish_up(self):
+            calls.append("finish_up")
+
+    order = make_order(geneva_session)
+    wf = CreateRenamedOld.create(hero=order)
+    with pytest.raises(RuntimeError):
+        perform_next_step(wf)
+    wf_id = wf.id
+    unregister("CreateRenamedOld")
+    try:
+        with other_session() as session:
+            orphan = session.get(Workflow, wf_id)
+            assert type(orphan) is Workflow and orphan.state == "paused"
+            with pytest.raises(StepNotDefinedError) as info:
+                orphan.resume_at("finish_up")
+            assert "The steps it can be resumed at are (none)" in str(info.value)
+            assert "pass workflow_class=" in str(info.value)
+            with pytest.raises(StepNotDefinedError, match="not defined in CreateRenamedNew"):
+                orphan.resume_at("nope", workflow_class=CreateRenamedNew)
+            with pytest.raises(ValueError, match="not a registered workflow class"):
+                orphan.resume_at("finish_up", workflow_class="NoSuchWorkflow")
+            ex = orphan.resume_at("finish_up", workflow_class="CreateRenamedNew")
+            assert (ex.step_name, ex.state) == ("finish_up", "scheduled")
+            assert orphan.type == "CreateRenamedNew" and orphan.state == "ready"
+            session.commit()
+        with other_session() as session:
+            moved = session.get(Workflow, wf_id)
+            assert type(moved) is CreateRenamedNew
+            speedrun_workflow(moved)
+            assert moved.state == "finished"
+        assert calls == ["finish_up"]
+    finally:
+        unregister("CreateRenamedOld")
+
+
+def test_moving_to_another_class_is_only_for_orphans_and_respects_uniqueness(geneva_session):
+    from engine.errors import InvalidStateError
+
+    class CreateMoveA(Workflow):
+        @step
+        def a(self):
+            pass
+
+    class CreateMoveB(Workflow):
+        @step
+        def b(self):
+            pass
+
+    class CreateMoveGone(Workflow):
+        @step
+        def g(self):
+            pass
+
+    order = make_order(geneva_session)
+    live = CreateMoveA.create(hero=order)
+    live.pause()
+    with pytest.raises(InvalidStateError, match="only a workflow whose class no longer exists"):
+        live.resume_at("b", workflow_class=CreateMoveB)
+    CreateMoveB.create(hero=order)
+    orphan = CreateMoveGone.create(hero=order)
+    orphan.pause()
+    geneva_session.commit()
+    orphan_id = orphan.id
+    unregister("CreateMoveGone")
+    try:
+        with other_session() as session:
+            loaded = session.get(Workflow, orphan_id)
+            with pytest.raises(DuplicateWorkflowError, match="an ongoing CreateMoveB"):
+                loaded.resume_at("b", workflow_class=CreateMoveB)
+            assert loaded.type == "CreateMoveGone"
+    finally:
+        unregister("CreateMoveGone")
