@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, text
 from sqlalchemy.engine.url import make_url
 
 from engine import Workflow, db, step
@@ -31,9 +32,11 @@ class RaceWorkflow(Workflow):
         pass
 
 
-def _create_in_own_session(order_id, results, name, before_commit=None, timeout=30):
+def _create_in_own_session(order_id, results, name, before_commit=None, pids=None):
     session = db.new_session()
     try:
+        if pids is not None:
+            pids[name] = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
         hero = session.get(Order, order_id)
         wf = RaceWorkflow.create(hero=hero, session=session)
         if before_commit is not None:
@@ -48,6 +51,21 @@ def _create_in_own_session(order_id, results, name, before_commit=None, timeout=
         results[name] = ("error", exc)
     finally:
         session.close()
+
+
+def _wait_until_blocked_on_a_lock(pid, timeout=20.0):
+    """Poll pg_stat_activity until backend ``pid`` waits on a lock (the unique index entry)."""
+    deadline = time.monotonic() + timeout
+    with db.new_session() as monitor:
+        while time.monotonic() < deadline:
+            wait = monitor.execute(
+                text("SELECT wait_event_type FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
+            ).scalar()
+            monitor.rollback()
+            if wait == "Lock":
+                return True
+            time.sleep(0.02)
+    return False
 
 
 def test_two_threads_race_to_create_exactly_one_wins(geneva_session):
@@ -79,14 +97,22 @@ def test_index_decides_when_the_validation_cannot_see_the_other_insert(geneva_se
     order = make_order(geneva_session)
     geneva_session.commit()
     results: dict[str, tuple] = {}
+    pids: dict[str, int] = {}
     a_inserted = threading.Event()
     b_started = threading.Event()
+    blocked = []
 
     def a_hold():
         a_inserted.set()
         assert b_started.wait(timeout=10)
-        # give B time to run its validation query and block on the index
-        threading.Event().wait(0.5)
+        # commit only once B is really waiting for our uncommitted index entry
+        blocked.append(_wait_until_blocked_on_a_lock(pids_ready()))
+
+    def pids_ready():
+        deadline = time.monotonic() + 10
+        while "b" not in pids and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return pids["b"]
 
     def run_a():
         _create_in_own_session(order.id, results, "a", before_commit=a_hold)
@@ -94,13 +120,14 @@ def test_index_decides_when_the_validation_cannot_see_the_other_insert(geneva_se
     def run_b():
         assert a_inserted.wait(timeout=10)
         b_started.set()
-        _create_in_own_session(order.id, results, "b")
+        _create_in_own_session(order.id, results, "b", pids=pids)
 
     threads = [threading.Thread(target=run_a), threading.Thread(target=run_b)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=60)
+    assert blocked == [True], "B never blocked on A's index entry"
     assert results["a"][0] == "ok", results
     assert results["b"][0] == "duplicate", results
     error = results["b"][1]
