@@ -25,11 +25,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import threading
 import time
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import worker_init, worker_process_init, worker_shutting_down
+from celery.signals import task_prerun, worker_init, worker_process_init, worker_shutting_down
 
 from engine.config import settings
 from engine.transport import Message
@@ -148,16 +149,43 @@ def _on_worker_process_init(**_: Any) -> None:
     if db._engine is not None:
         db._engine.dispose(close=False)
     db.configure()
-    # Celery makes pool children ignore SIGINT; but a Ctrl-C in a terminal reaches them too,
-    # and it is the only shutdown news they get (the warm shutdown signal fires in the main
-    # process). Use it to stop a running resumable step at its next checkpoint.
+
+
+def _on_task_prerun(**_: Any) -> None:
+    # Celery makes pool children ignore SIGINT, and billiard sets SIG_IGN again *after*
+    # worker_process_init, so the handler is installed here, in the child, before each task.
+    # SIGINT is the only shutdown news a child gets: a Ctrl-C in a terminal reaches the whole
+    # group, and the main process forwards it on a warm shutdown (below). The handler stops a
+    # running resumable step at its next checkpoint.
+    if _current_process_name() == "MainProcess":
+        return  # solo/threads pools: the main process hears worker_shutting_down itself
+    if threading.current_thread() is not threading.main_thread():
+        return
     signal.signal(signal.SIGINT, _on_child_sigint)
+
+
+def _current_process_name() -> str:
+    from billiard.process import current_process  # type: ignore[import-untyped]
+
+    return str(current_process().name)
 
 
 def _on_child_sigint(_signum: int, _frame: Any) -> None:
     from engine.executor import request_shutdown
 
     request_shutdown()
+
+
+def _forward_shutdown_to_pool_children() -> None:
+    from billiard.process import active_children  # type: ignore[import-untyped]
+
+    for child in active_children():
+        if child.pid is None:
+            continue
+        try:
+            os.kill(child.pid, signal.SIGINT)
+        except OSError:
+            pass
 
 
 def _on_worker_shutting_down(**_: Any) -> None:
@@ -168,10 +196,13 @@ def _on_worker_shutting_down(**_: Any) -> None:
 
     log.info("worker shutting down: asking resumable steps to stop at their next checkpoint")
     request_shutdown()
+    # Prefork: the steps run in pool children, which this signal does not reach.
+    _forward_shutdown_to_pool_children()
 
 
 worker_init.connect(_on_worker_init, weak=False)
 worker_process_init.connect(_on_worker_process_init, weak=False)
+task_prerun.connect(_on_task_prerun, weak=False)
 worker_shutting_down.connect(_on_worker_shutting_down, weak=False)
 
 

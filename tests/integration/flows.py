@@ -14,7 +14,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from engine import Workflow, step
+from engine import IterableStep, Workflow, resumable_step, step
 
 
 def record(workflow: Workflow, step_name: str, event: str = "ran") -> None:
@@ -115,3 +115,36 @@ class ItHopsWorkflow(Workflow):
 
 for _n in range(20):
     ItHopsWorkflow.add_step(f"hop_{_n:02d}", lambda self: None)
+
+
+class ItLongResumableWorkflow(Workflow):
+    """A resumable step over 30 slowish items; each item is recorded before its checkpoint,
+    so a warm shutdown leaves exactly the checkpointed items recorded."""
+
+    may_proceed_without_hero = True
+
+    @resumable_step
+    def walk(self, it: IterableStep) -> None:
+        def work(item: int) -> None:
+            record(self, "walk", f"item-{item}")
+            time.sleep(0.15)
+
+        it.iterate_over(range(30), work)
+
+    @step
+    def after(self) -> None:
+        record(self, "after")
+
+
+class ItSignalWorkflow(Workflow):
+    """Parks at ``wait_here`` until a ``go`` signal; records the payload it was woken with."""
+
+    may_proceed_without_hero = True
+
+    @step(wait_for="go")
+    def wait_here(self) -> None:
+        record(self, "wait_here", f"got-{self.received_signal.payload['n']}")
+
+    @step
+    def after(self) -> None:
+        record(self, "after")
