@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -104,6 +104,17 @@ def execute(
     finally:
         if own:
             active.close()
+
+
+# The lock statement of both phases: the workflow joined to the execution, workflow first (its
+# rows are locked first on PostgreSQL), both refreshed. Built once; only the id is bound.
+_LOCK_SQLITE = (
+    select(Workflow, StepExecution)
+    .join(StepExecution, StepExecution.workflow_id == Workflow.id)
+    .where(StepExecution.id == bindparam("execution_id"))
+    .execution_options(populate_existing=True)
+)
+_LOCK_FOR_UPDATE = _LOCK_SQLITE.with_for_update()
 
 
 def transition_step(execution: StepExecution, new_state: str, outcome: str | None = None) -> None:
@@ -206,47 +217,22 @@ class Executor:
     # --- locking -----------------------------------------------------------------------
 
     def _lock(self) -> tuple[Workflow, StepExecution] | None:
-        """Lock the workflow row, then the execution row, each reloaded (one transaction).
+        """Lock the workflow row, then the execution row, both reloaded, in one statement.
 
-        PostgreSQL: ``FOR UPDATE`` on the workflow (found through the execution in the same
-        statement), then on the execution — always in that order, so two executors or an
-        executor and an operator cannot deadlock. SQLite: ``BEGIN IMMEDIATE`` already holds the
-        database write lock, so plain reads suffice.
+        One joined ``SELECT`` loads (and refreshes) both rows in a single round trip.
+        PostgreSQL: ``FOR UPDATE`` on the join locks the rows in FROM order — the workflow
+        first, then the execution — so two executors or an executor and an operator cannot
+        deadlock. SQLite: ``BEGIN IMMEDIATE`` already holds the database write lock, so the
+        plain read suffices.
         """
         session = self.session
         db.begin_write(session)
-        if db.is_sqlite(session):
-            execution = session.scalars(
-                select(StepExecution)
-                .where(StepExecution.id == self.execution_id)
-                .execution_options(populate_existing=True)
-            ).first()
-            if execution is None:
-                return None
-            workflow = session.get(Workflow, execution.workflow_id, populate_existing=True)
-            if workflow is None:
-                return None
-            return workflow, execution
-        owner = (
-            select(StepExecution.workflow_id)
-            .where(StepExecution.id == self.execution_id)
-            .scalar_subquery()
-        )
-        found = session.scalars(
-            select(Workflow)
-            .where(Workflow.id == owner)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        ).first()
-        if found is None:
+        statement = _LOCK_SQLITE if db.is_sqlite(session) else _LOCK_FOR_UPDATE
+        row = session.execute(statement, {"execution_id": self.execution_id}).first()
+        if row is None:
             return None
-        execution = session.scalars(
-            select(StepExecution)
-            .where(StepExecution.id == self.execution_id)
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        ).one()
-        return found, execution
+        workflow, execution = row
+        return workflow, execution
 
     def _commit(self) -> None:
         self.session.commit()
