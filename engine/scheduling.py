@@ -12,13 +12,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import ColumnElement, Table, Update, bindparam, literal_column, select, update
 from sqlalchemy.orm import Session
 
 from engine import db
 from engine.config import settings
 from engine.job_options import merge
-from engine.models import StepExecution, utcnow
+from engine.models import StepExecution, UTCDateTime, utcnow
 from engine.states import STRAY_STEP_STATES, Outcome, StepState, WorkflowState
 from engine.transport import Message, new_job_id, queue_message
 
@@ -76,17 +76,13 @@ def cancel_stray_executions(session: Session, workflow: Workflow) -> None:
     """Cancel every scheduled or waiting execution of the workflow (the "stray" sweep).
 
     Issued as a Core UPDATE on the session's connection: no autoflush, no ORM bookkeeping,
-    one statement on the (workflow_id, state) index. Loaded copies of the swept rows are
-    expired so the next access reads the new state.
+    one statement on the (workflow_id, state) index. The statement is built once with the
+    states as SQL literals, so each call only binds the workflow id and the time (an
+    expanding ``IN`` list would be re-rendered on every execution). Loaded copies of the swept
+    rows are expired so the next access reads the new state.
     """
     now = utcnow()
-    table = StepExecution.__table__
-    assert isinstance(table, Table)
-    session.connection().execute(
-        update(table)
-        .where(table.c.workflow_id == workflow.id, table.c.state.in_(_STRAY))
-        .values(state=StepState.CANCELED, outcome=Outcome.CANCELED, canceled_at=now, updated_at=now)
-    )
+    session.connection().execute(_STRAY_SWEEP, {"b_workflow_id": workflow.id, "now": now})
     for obj in list(session.identity_map.values()):
         if (
             isinstance(obj, StepExecution)
@@ -97,7 +93,21 @@ def cancel_stray_executions(session: Session, workflow: Workflow) -> None:
             session.expire(obj, ["state", "outcome", "canceled_at", "updated_at"])
 
 
-_STRAY = [str(s) for s in STRAY_STEP_STATES]
+def _stray_sweep_statement() -> Update:
+    table = StepExecution.__table__
+    assert isinstance(table, Table)
+    stray: list[ColumnElement[str]] = [
+        literal_column(f"'{state}'") for state in sorted(STRAY_STEP_STATES)
+    ]
+    now = bindparam("now", type_=UTCDateTime())
+    return (
+        update(table)
+        .where(table.c.workflow_id == bindparam("b_workflow_id"), table.c.state.in_(stray))
+        .values(state=StepState.CANCELED, outcome=Outcome.CANCELED, canceled_at=now, updated_at=now)
+    )
+
+
+_STRAY_SWEEP = _stray_sweep_statement()
 
 
 def job_options_for(workflow: Workflow, step_def: StepDefinition | None) -> dict[str, Any]:
