@@ -1,0 +1,152 @@
+"""B8: dashboard list pages and the detail page at 1,000,000 workflows + 3,000,000 executions.
+
+PostgreSQL schema ``bench_metrics``: seeded with INSERT … SELECT generate_series by
+bench/bench_metrics.py's ``seed()`` (the B9 bench; kept between runs because seeding takes
+minutes on this machine; ``--reseed`` rebuilds it, ``--drop`` drops it afterwards). Requests go
+through the Flask test client (server time: routing, queries, templates), as the HTMX partial
+(``HX-Request: true``, what paging swaps in) and as the full page:
+
+* list pages 1, 100 and 10,000 (keyset cursor ``after=<id>``; 50 rows a page), without filter,
+  with ``state=paused``, with ``class=…``, and both;
+* the detail page of one workflow.
+
+Reports server-time p50/p99, SQL statements and DB time per request, and deep/first ratios.
+
+    .venv/bin/python bench/b8_dashboard.py [--quick] [--reseed] [--drop]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import PG_URL, drop_pg_schema, env_info, pg_schema_url, summarize_ms, write_result
+from sqlalchemy import event, text
+
+SCHEMA = "bench_metrics"
+
+
+def ensure_seed(reseed: bool) -> dict[str, Any]:
+    import bench_metrics  # the B9 bench owns the seed
+
+    assert bench_metrics.SCHEMA == SCHEMA
+    return bench_metrics.seed(PG_URL, 1_000_000, reseed)  # type: ignore[no-any-return]
+
+
+def cursor_at(engine: Any, where: str, offset: int) -> int | None:
+    """The keyset cursor that opens page ``offset // 50 + 1`` (the id of the row before it)."""
+    if offset == 0:
+        return None
+    with engine.connect() as c:
+        return c.execute(
+            text(f"SELECT id FROM geneva_drive_workflows {where} ORDER BY id DESC OFFSET :o LIMIT 1"),
+            {"o": offset - 1},
+        ).scalar()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--reseed", action="store_true")
+    parser.add_argument("--drop", action="store_true")
+    args = parser.parse_args()
+    runs = 15 if args.quick else 50
+    res: dict[str, Any] = {"env": env_info(), "runs": runs, "seed": ensure_seed(args.reseed)}
+    from app import create_app
+
+    app = create_app({
+        "TESTING": True,
+        "DEMO": True,
+        "SECRET_KEY": "bench",
+        "SQLALCHEMY_DATABASE_URI": pg_schema_url(SCHEMA),
+    })  # fmt: skip
+    stats = {"statements": 0, "db_s": 0.0}
+    starts: dict[int, float] = {}
+    with app.app_context():
+        from app.extensions import db as fdb
+
+        engine = fdb.engine
+
+        @event.listens_for(engine, "before_cursor_execute")
+        def _before(conn: Any, *_a: Any) -> None:
+            stats["statements"] += 1
+            starts[id(conn)] = time.perf_counter()
+
+        @event.listens_for(engine, "after_cursor_execute")
+        def _after(conn: Any, *_a: Any) -> None:
+            stats["db_s"] += time.perf_counter() - starts.pop(id(conn), time.perf_counter())
+
+        with engine.connect() as c:
+            res["rows"] = {
+                "workflows": c.execute(text("SELECT count(*) FROM geneva_drive_workflows")).scalar(),
+                "step_executions": c.execute(text("SELECT count(*) FROM geneva_drive_step_executions")).scalar(),
+            }  # fmt: skip
+            detail_id = c.execute(text(
+                "SELECT workflow_id FROM geneva_drive_step_executions WHERE state = 'scheduled' "
+                "ORDER BY id DESC LIMIT 1")).scalar()  # fmt: skip
+        filters = {
+            "none": ("", ""),
+            "state=paused": ("WHERE state = 'paused'", "state=paused"),
+            "class=BenchWorkflow3": ("WHERE type = 'BenchWorkflow3'", "class=BenchWorkflow3"),
+            "state+class": ("WHERE state = 'ready' AND type = 'BenchWorkflow3'", "state=ready&class=BenchWorkflow3"),
+        }  # fmt: skip
+        client = app.test_client()
+        cases: dict[str, Any] = {}
+
+        def measure(url: str, partial: bool) -> dict[str, Any]:
+            headers = {"HX-Request": "true"} if partial else {}
+            client.get(url, headers=headers)  # warm
+            times, stmts, dbt = [], [], []
+            status = None
+            for _ in range(runs):
+                stats["statements"], stats["db_s"] = 0, 0.0
+                t0 = time.perf_counter()
+                resp = client.get(url, headers=headers)
+                times.append(time.perf_counter() - t0)
+                status = resp.status_code
+                stmts.append(stats["statements"])
+                dbt.append(stats["db_s"])
+            out = summarize_ms(times)
+            out["status"] = status
+            out["statements"] = statistics.median(stmts)
+            out["db_ms_p50"] = round(statistics.median(dbt) * 1000, 3)
+            return out
+
+        for fname, (where, qs) in filters.items():
+            for page in (1, 100, 10_000):
+                after = cursor_at(engine, where, (page - 1) * 50)
+                if page > 1 and after is None:
+                    cases[f"{fname} page {page}"] = {"skipped": "fewer rows than that"}
+                    continue
+                params = "&".join(p for p in (qs, f"after={after}" if after else "") if p)
+                url = "/workflows" + (f"?{params}" if params else "")
+                cases[f"{fname} page {page}"] = {"url": url, "partial": measure(url, True)}
+                if page == 1 or fname == "none":
+                    cases[f"{fname} page {page}"]["full"] = measure(url, False)
+                print(f"[b8] {fname} page {page}: {cases[f'{fname} page {page}']['partial']}", file=sys.stderr)
+        cases["detail"] = {"url": f"/workflows/{detail_id}", "full": measure(f"/workflows/{detail_id}", False),
+                           "partial": measure(f"/workflows/{detail_id}", True)}  # fmt: skip
+        res["cases"] = cases
+        ratios = {}
+        for fname in filters:
+            first = cases.get(f"{fname} page 1", {}).get("partial", {}).get("p50_ms")
+            deep = cases.get(f"{fname} page 10000", {}).get("partial", {}).get("p50_ms")
+            if first and deep:
+                ratios[fname] = round(deep / first, 2)
+        res["deep_over_first_p50"] = ratios
+    if args.drop:
+        drop_pg_schema(SCHEMA)
+        res["dropped"] = True
+    write_result("b8_dashboard", res)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,147 @@
+"""Shared helpers of the bench scripts: percentiles, deadlines, JSON results, services.
+
+Percentile and summary helpers are adapted from reference/perf-scripts/common.py (the
+performance-anchor scripts, 2026-11-29).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+ROOT = BENCH.parent
+OUT = Path(os.environ.get("GENEVA_BENCH_OUT", BENCH / "out"))
+PG_URL = os.environ.get("GENEVA_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+#: Redis database index reserved for the bench (others use 0); flushed only by us.
+REDIS_URL = os.environ.get("GENEVA_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
+PY = sys.executable
+
+
+def pct(values: list[float], p: float) -> float | None:
+    """Nearest-rank percentile (p in 0..100); None if empty."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    k = max(0, min(len(ordered) - 1, round(p / 100.0 * len(ordered) + 0.5) - 1))
+    return ordered[k]
+
+
+def summarize_ms(values_s: list[float]) -> dict[str, Any]:
+    """Seconds -> ms statistics."""
+    if not values_s:
+        return {"n": 0}
+    ms = [v * 1000.0 for v in values_s]
+    return {
+        "n": len(ms),
+        "p50_ms": round(statistics.median(ms), 3),
+        "p90_ms": round(pct(ms, 90) or 0.0, 3),
+        "p99_ms": round(pct(ms, 99) or 0.0, 3),
+        "max_ms": round(max(ms), 3),
+        "mean_ms": round(statistics.fmean(ms), 3),
+    }
+
+
+class Deadline:
+    def __init__(self, seconds: float) -> None:
+        self.t_end = time.monotonic() + seconds
+
+    def expired(self) -> bool:
+        return time.monotonic() > self.t_end
+
+
+def write_result(name: str, payload: dict[str, Any]) -> Path:
+    OUT.mkdir(parents=True, exist_ok=True)
+    path = OUT / f"{name}.json"
+    path.write_text(json.dumps(payload, indent=2, sort_keys=True, default=str))
+    print(f"[{name}] wrote {path}", file=sys.stderr)
+    return path
+
+
+def read_result(name: str) -> dict[str, Any] | None:
+    path = OUT / f"{name}.json"
+    if not path.exists():
+        return None
+    data: dict[str, Any] = json.loads(path.read_text())
+    return data
+
+
+def rss_kb(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def stop_process(p: subprocess.Popen[Any], timeout: float = 20.0) -> None:
+    """SIGTERM (warm shutdown), then SIGKILL of its own process group after ``timeout``."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(5)
+
+
+def pg_schema_url(schema: str, url: str = PG_URL) -> str:
+    """The PostgreSQL URL with ``search_path`` set to ``schema`` (libpq ``options``)."""
+    sep = "&" if "?" in url else "?"
+    return f"{url}{sep}options=-csearch_path%3D{schema}"
+
+
+def reset_pg_schema(schema: str, url: str = PG_URL) -> None:
+    from sqlalchemy import create_engine, text
+
+    assert "127.0.0.1" in url or "localhost" in url, "loopback only"
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as c:
+        c.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+        c.execute(text(f'CREATE SCHEMA "{schema}"'))
+    engine.dispose()
+
+
+def drop_pg_schema(schema: str, url: str = PG_URL) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as c:
+        c.execute(text(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE'))
+    engine.dispose()
+
+
+def env_info() -> dict[str, Any]:
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "loadavg": os.getloadavg(),
+    }
+    for pkg in ("celery", "kombu", "SQLAlchemy", "redis", "psycopg"):
+        try:
+            info[pkg.lower()] = version(pkg)
+        except PackageNotFoundError:
+            pass
+    return info

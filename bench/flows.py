@@ -1,0 +1,73 @@
+"""Workflows the bench runs in worker processes (``GENEVA_WORKFLOW_MODULES=flows``).
+
+Every step body appends ``<class> <workflow id> <step index> <start> <end> <pid>`` (wall-clock
+seconds) to ``GENEVA_BENCH_TIMINGS/<pid>.log`` with one ``os.write`` on an O_APPEND file, so
+several processes never interleave.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import timedelta
+
+from engine import Workflow, step
+
+_fd: int | None = None
+
+
+def record(workflow: Workflow, index: int, started: float) -> None:
+    global _fd
+    directory = os.environ.get("GENEVA_BENCH_TIMINGS")
+    if not directory:
+        return
+    if _fd is None:
+        _fd = os.open(
+            os.path.join(directory, f"{os.getpid()}.log"),
+            os.O_WRONLY | os.O_APPEND | os.O_CREAT,
+            0o644,
+        )
+    line = f"{type(workflow).__name__} {workflow.id} {index} {started!r} {time.time()!r} {os.getpid()}\n"
+    os.write(_fd, line.encode())
+
+
+class HopFlow(Workflow):
+    """Three no-op steps (B2/B3 and the embedded default)."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def one(self) -> None:
+        record(self, 0, time.time())
+
+    @step
+    def two(self) -> None:
+        record(self, 1, time.time())
+
+    @step
+    def three(self) -> None:
+        record(self, 2, time.time())
+
+
+class SignalFlow(Workflow):
+    """B5: a no-op step, then a step parked until the ``go`` signal arrives."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def prepare(self) -> None:
+        record(self, 0, time.time())
+
+    @step(wait_for="go")
+    def woken(self) -> None:
+        record(self, 1, time.time())
+
+
+class DelayedFlow(Workflow):
+    """B6: one step a week ahead (the bench moves ``scheduled_for`` to spread them out)."""
+
+    may_proceed_without_hero = True
+
+    @step(wait=timedelta(days=7))
+    def later(self) -> None:
+        record(self, 0, time.time())
