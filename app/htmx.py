@@ -29,8 +29,12 @@ def render(page: str, partial: str, /, status: int = 200, **context: Any) -> Res
 
 
 def with_trigger(response: Response, event: str, detail: Any) -> Response:
-    """Add an ``HX-Trigger`` event (the toast) to ``response``."""
-    response.headers["HX-Trigger"] = json.dumps({event: detail})
+    """Add an ``HX-Trigger`` event (the toast) to ``response``, dispatched on ``<body>``.
+
+    Not on the element that made the request: the swap may replace it, and an event on a
+    detached element never reaches the listeners.
+    """
+    response.headers["HX-Trigger"] = json.dumps({event: {**detail, "target": "body"}})
     return response
 
 

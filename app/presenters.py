@@ -204,6 +204,8 @@ class ExecutionView:
     error_message: str | None
     error_backtrace: str | None
     cursor: str | None
+    #: How far the cursor moved during this execution (numeric cursors of a chain), else None.
+    advanced: float | None
     signal_id: int | None
     metadata: str | None
     created_at: datetime
@@ -339,6 +341,7 @@ def execution_view(execution: StepExecution, attempt: int, now: datetime) -> Exe
         error_message=execution.error_message,
         error_backtrace=execution.error_backtrace,
         cursor=_json(execution.cursor) if execution.cursor is not None else None,
+        advanced=None,
         signal_id=execution.signal_id,
         metadata=_json(metadata) if metadata else None,
         created_at=execution.created_at,
@@ -454,9 +457,12 @@ def _timeline(
         views[execution.id] = execution_view(execution, attempts[execution.step_name], now)
     chain_of: dict[int, ChainView] = {}
     entries: list[TimelineEntry] = []
+    by_id = {e.id: e for e in executions}
     for execution in executions:
         view = views[execution.id]
         parent = execution.continues_from_id
+        if parent is not None and parent in by_id:
+            view.advanced = _advance(by_id[parent].cursor, execution)
         if parent is not None and parent in chain_of:
             chain_of[parent].hops.append(view)
             chain_of[execution.id] = chain_of[parent]
@@ -475,6 +481,17 @@ def _timeline(
     order = {"execution": 0, "chain": 0, "signal": 1, "action": 2}
     entries.sort(key=lambda e: (e.at, order[e.kind]))
     return entries
+
+
+def _advance(start: Any, execution: StepExecution) -> float | None:
+    """Cursor progress of one hop: its cursor minus the one it continued from (numbers only)."""
+    end = execution.cursor
+    numbers = (int, float)
+    if execution.state != StepState.COMPLETED:
+        return None
+    if isinstance(start, numbers) and isinstance(end, numbers) and not isinstance(end, bool):
+        return float(end - start)
+    return None
 
 
 def workflow_detail(

@@ -6,13 +6,31 @@
   // Live regions poll with hx-trigger="every Ns" and carry data-poll. A hidden tab does not
   // poll at all (GoodJob's approach): the request is vetoed here rather than with an htmx
   // trigger filter, because filters are evaluated with Function() and our CSP has no
-  // 'unsafe-eval'. A region with a checked checkbox (a bulk selection in progress) is not
-  // refreshed either, so polling never throws an operator's selection away.
+  // 'unsafe-eval'. Nor does a region the operator is working in: a checked checkbox (a bulk
+  // selection), a focused field, an open signal form or an open confirmation dialog. A swap
+  // then would throw their input away, or detach the form a confirmed action belongs to.
+  // A control the operator changed (a chosen Step, a typed payload) marks its region as being
+  // edited for two minutes; the swap after their action brings a fresh, unmarked region.
+  var EDIT_GRACE_MS = 120000;
+  function markEdited(evt) {
+    var region = evt.target.closest && evt.target.closest("[data-poll]");
+    if (region) region.setAttribute("data-edited-at", String(Date.now()));
+  }
+  document.addEventListener("input", markEdited);
+  document.addEventListener("change", markEdited);
+  function busy(region) {
+    var edited = Number(region.getAttribute("data-edited-at") || 0);
+    if (edited && Date.now() - edited < EDIT_GRACE_MS) return true;
+    var dialog = document.getElementById("confirm-dialog");
+    if (dialog && dialog.open) return true;
+    if (region.querySelector("input[type=checkbox]:checked, details.signal-form[open]")) return true;
+    var active = document.activeElement;
+    return !!(active && region.contains(active) && active.matches("input, select, textarea"));
+  }
   document.addEventListener("htmx:beforeRequest", function (evt) {
     var elt = evt.detail.elt;
     if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-poll")) return;
-    if (document.visibilityState !== "visible") { evt.preventDefault(); return; }
-    if (elt.querySelector("input[type=checkbox]:checked")) { evt.preventDefault(); }
+    if (document.visibilityState !== "visible" || busy(elt)) evt.preventDefault();
   });
 
   // Confirmation dialogs: hx-confirm opens a <dialog> whose confirm button repeats the

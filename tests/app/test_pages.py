@@ -7,7 +7,9 @@ import pytest
 from sqlalchemy import event, update
 
 from app.extensions import db
+from engine import IterableStep, resumable_step
 from engine.models import StepExecution, utcnow
+from engine.testing import perform_next_step
 from engine.workflow import Workflow
 from tests.app.conftest import DashPayment, post, run_to_finish
 from tests.conftest import Order
@@ -74,6 +76,35 @@ def test_detail_shows_error_backtrace_plan_and_why_line(operator_client, make_wo
     select = html.split('name="step"', 1)[1].split("</select>", 1)[0]
     assert "legacy_capture" not in select
     assert 'value="ship"' in select
+
+
+class DashCopy(Workflow):
+    """One resumable step over five items, two per execution: a chain of three executions."""
+
+    @resumable_step(max_iterations=2)
+    def copy(self, it: IterableStep) -> None:
+        it.iterate_over(range(5), lambda item: None)
+
+
+def test_resumable_chain_is_grouped_with_cursor_progress(operator_client, geneva_session):
+    wf = DashCopy.create(session=geneva_session, hero=_order(geneva_session))
+    geneva_session.commit()
+    for _ in range(3):
+        perform_next_step(wf)
+    assert wf.state == "finished"
+    html = operator_client.get(f"/workflows/{wf.id}").get_data(as_text=True)
+    assert "Resumable <code>copy</code></strong>: 3 executions" in html
+    chain = html.split("Resumable <code>copy</code>", 1)[1].split("</table>", 1)[0]
+    assert chain.count("<tr") == 4  # header + one row per hop
+    assert ">+2<" in chain and ">+1<" in chain
+    assert "<code>5</code>" in chain
+
+
+def _order(session) -> Order:
+    order = Order()
+    session.add(order)
+    session.flush()
+    return order
 
 
 def test_engine_data_is_escaped(operator_client, make_workflow):

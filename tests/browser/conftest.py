@@ -1,0 +1,127 @@
+"""Browser fixtures: the dashboard served on 127.0.0.1 in a thread, the demo data, Chromium.
+
+Playwright drives Debian's ``/usr/bin/chromium`` (no downloaded browser). Without it the
+tests are skipped, unless ``GENEVA_REQUIRE_SERVICES=1`` (CI), where a missing browser fails.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from werkzeug.serving import make_server
+
+from app import create_app
+from engine.models import Base
+from tests.app.conftest import USERS, app_config
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+PASSWORDS = {"olga": "olga-pw", "vic": "vic-pw"}
+
+assert set(PASSWORDS) == set(USERS)
+
+
+def _require_browser() -> None:
+    if Path(CHROMIUM).exists():
+        return
+    if os.environ.get("GENEVA_REQUIRE_SERVICES") == "1":
+        pytest.fail(f"{CHROMIUM} is missing and GENEVA_REQUIRE_SERVICES=1")
+    pytest.skip(f"{CHROMIUM} is not installed")
+
+
+@pytest.fixture
+def demo_data(geneva_database, geneva_transport) -> int:  # type: ignore[no-untyped-def]
+    """The demo workflows of ``examples.seed`` (a few hundred, in every state)."""
+    from examples import DEMO_TABLES
+    from examples import seed as demo_seed
+
+    Base.metadata.create_all(geneva_database.engine, tables=DEMO_TABLES)
+    return demo_seed.seed()
+
+
+class LiveServer:
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.server = make_server("127.0.0.1", 0, app, threaded=True)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> LiveServer:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.thread.join(timeout=10)
+
+
+@pytest.fixture
+def live_server(geneva_database, demo_data) -> Iterator[LiveServer]:  # type: ignore[no-untyped-def]
+    # Poll every second so a test watching a timeline does not wait 5 s per refresh.
+    app = create_app(app_config(geneva_database, POLL_SECONDS=1))
+    with LiveServer(app) as server:
+        yield server
+    with app.app_context():
+        from app.extensions import db
+
+        db.session.remove()
+        db.engine.dispose()
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    _require_browser()
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield chromium
+        finally:
+            chromium.close()
+
+
+@pytest.fixture
+def page(browser) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    errors: list[str] = []
+
+    def on_console(message: Any) -> None:
+        # Chromium logs every 4xx answer to an XHR; a 409 refusal is an expected answer.
+        if message.type == "error" and "status of 409" not in message.text:
+            errors.append(message.text)
+
+    # A CSP violation or a script error is a bug: collect them and fail the test at the end.
+    page.on("console", on_console)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    yield page
+    context.close()
+    assert not errors, f"browser console errors: {errors}"
+
+
+def login(page: Any, base_url: str, user: str) -> None:
+    page.goto(f"{base_url}/login")
+    page.get_by_label("Username").fill(user)
+    page.get_by_label("Password").fill(PASSWORDS[user])
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{base_url}/")
+
+
+def screenshot(page: Any, name: str, full_page: bool = True) -> None:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
