@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import itertools
 import statistics
-import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from engine import housekeeping, settings
 from engine.transport import NullTransport
 from tests.integration.conftest import (
     BIN,
@@ -23,13 +23,11 @@ from tests.integration.conftest import (
     executions,
     process_env,
     wait_for_state,
-    wait_until,
 )
 from tests.integration.flows import (
     ItDelayedWorkflow,
     ItHopsWorkflow,
     ItOnceWorkflow,
-    ItSlowWorkflow,
     ItWaitsWorkflow,
     recorded,
 )
@@ -37,10 +35,8 @@ from tests.integration.flows import (
 pytestmark = pytest.mark.integration
 
 
-def start_embedded_worker(
-    database: SharedDatabase, log: Path, output: Path, processes: list[Process]
-) -> Process:
-    process = Process(
+def launch_embedded_worker(database: SharedDatabase, log: Path, output: Path) -> Process:
+    return Process(
         [
             str(BIN / "geneva-drive"),
             "worker",
@@ -53,9 +49,36 @@ def start_embedded_worker(
         process_env(database, log),
         output,
     )
+
+
+def start_embedded_worker(
+    database: SharedDatabase, log: Path, output: Path, processes: list[Process]
+) -> Process:
+    process = launch_embedded_worker(database, log, output)
     processes.append(process)
     process.wait_for_output("embedded worker running", timeout=60)
     return process
+
+
+@dataclass
+class SharedWorker:
+    process: Process
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def shared_worker(
+    shared_database: SharedDatabase, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[SharedWorker]:
+    """One embedded worker process for the tests that do not kill it."""
+    directory = tmp_path_factory.mktemp("embedded")
+    log = directory / "steps.log"
+    process = launch_embedded_worker(shared_database, log, directory / "worker.log")
+    try:
+        process.wait_for_output("embedded worker running", timeout=60)
+        yield SharedWorker(process, log)
+    finally:
+        process.stop()
 
 
 @pytest.fixture(autouse=True)
@@ -65,10 +88,9 @@ def no_messages(use_transport) -> None:
 
 
 def test_workflow_with_waits_completes_and_hops_are_fast(
-    shared_database: SharedDatabase, tmp_path: Path, processes: list[Process]
+    shared_database: SharedDatabase, shared_worker: SharedWorker
 ) -> None:
-    log = tmp_path / "steps.log"
-    start_embedded_worker(shared_database, log, tmp_path / "worker.log", processes)
+    log = shared_worker.log
     waits = create_workflow(ItWaitsWorkflow)
     hops = create_workflow(ItHopsWorkflow)
     wait_for_state(waits, "finished")
@@ -90,11 +112,8 @@ def test_workflow_with_waits_completes_and_hops_are_fast(
     )
 
 
-def test_delayed_step_does_not_start_before_it_is_due(
-    shared_database: SharedDatabase, tmp_path: Path, processes: list[Process]
-) -> None:
-    log = tmp_path / "steps.log"
-    start_embedded_worker(shared_database, log, tmp_path / "worker.log", processes)
+def test_delayed_step_does_not_start_before_it_is_due(shared_worker: SharedWorker) -> None:
+    log = shared_worker.log
     workflow_id = create_workflow(ItDelayedWorkflow)
     wait_for_state(workflow_id, "finished")
     _start, later = executions(workflow_id)
@@ -104,52 +123,15 @@ def test_delayed_step_does_not_start_before_it_is_due(
 
 
 def test_two_workers_on_one_database_run_each_step_once(
-    shared_database: SharedDatabase, tmp_path: Path, processes: list[Process]
+    shared_database: SharedDatabase,
+    shared_worker: SharedWorker,
+    tmp_path: Path,
+    processes: list[Process],
 ) -> None:
-    log = tmp_path / "steps.log"
-    for n in range(2):
-        start_embedded_worker(shared_database, log, tmp_path / f"worker{n}.log", processes)
+    log = shared_worker.log
+    start_embedded_worker(shared_database, log, tmp_path / "second.log", processes)
     workflow_ids = [create_workflow(ItOnceWorkflow) for _ in range(8)]
     for workflow_id in workflow_ids:
         wait_for_state(workflow_id, "finished")
     for workflow_id in workflow_ids:
         assert recorded(log, workflow_id) == [("only", "ran")]
-
-
-def test_worker_killed_mid_step_is_recovered_by_housekeeping(
-    shared_database: SharedDatabase,
-    tmp_path: Path,
-    processes: list[Process],
-    restore_settings: None,
-) -> None:
-    log = tmp_path / "steps.log"
-    first = start_embedded_worker(shared_database, log, tmp_path / "worker1.log", processes)
-    workflow_id = create_workflow(ItSlowWorkflow)
-    wait_until(lambda: ("slow", "start") in recorded(log, workflow_id), what="the slow step")
-    first.kill()
-    (stuck,) = executions(workflow_id)
-    assert stuck.state == "in_progress"
-
-    settings.stuck_in_progress_threshold = 1
-    time.sleep(1.2)
-    assert housekeeping.run().stuck_in_progress_recovered == 1
-    start_embedded_worker(shared_database, log, tmp_path / "worker2.log", processes)
-    wait_for_state(workflow_id, "finished")
-    recovered = executions(workflow_id)[0]
-    assert (recovered.state, recovered.outcome) == ("completed", "recovered")
-    assert recorded(log, workflow_id) == [
-        ("slow", "start"),
-        ("slow", "start"),
-        ("slow", "end"),
-        ("after", "ran"),
-    ]
-
-
-def test_worker_stops_cleanly_on_sigterm(
-    shared_database: SharedDatabase, tmp_path: Path, processes: list[Process]
-) -> None:
-    worker = start_embedded_worker(
-        shared_database, tmp_path / "steps.log", tmp_path / "worker.log", processes
-    )
-    assert worker.stop() == 0
-    assert "embedded worker stopped" in worker.output()
