@@ -1,0 +1,115 @@
+"""A step parks in a real Celery worker; another process (no HTTP, just ``signal()``) delivers
+the signal, which wakes the parked execution; the worker finishes the workflow. Against Redis
+and RabbitMQ, on the shared test database."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import select
+
+from engine import db
+from engine.models import Signal
+from tests.integration.conftest import (
+    ROOT,
+    SharedDatabase,
+    create_workflow,
+    executions,
+    process_env,
+    require_service,
+    wait_for_state,
+    wait_until,
+    workflow_state,
+)
+from tests.integration.flows import ItSignalWorkflow, recorded
+from tests.integration.test_celery_workers import BROKERS, Broker, Worker
+
+pytestmark = pytest.mark.integration
+
+SENDER = """
+import sys
+from engine import db
+from engine.bootstrap import import_workflow_modules
+from engine.workflow import Workflow
+
+import_workflow_modules()
+with db.transaction() as session:
+    workflow = session.get(Workflow, int(sys.argv[1]))
+    signal = workflow.signal("go", payload={"n": 7}, idempotency_key="evt-1")
+    session.flush()
+    print("signal", signal.id, signal.duplicate_delivery, flush=True)
+"""
+
+
+@pytest.fixture(scope="module", params=sorted(BROKERS))
+def broker(request: pytest.FixtureRequest) -> Broker:
+    label, url = BROKERS[request.param]
+    require_service(label, url)
+    return Broker(request.param, url)
+
+
+@pytest.fixture(scope="module")
+def worker(
+    broker: Broker,
+    shared_database: SharedDatabase,
+    short_horizon: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Worker]:
+    started = Worker(shared_database, broker, tmp_path_factory.mktemp(broker.name), "prefork", 2)
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def send_from_another_process(worker: Worker, workflow_id: int) -> str:
+    env = process_env(
+        worker.database,
+        worker.log,
+        GENEVA_BROKER_URL=worker.broker.url,
+        GENEVA_DEFAULT_QUEUE=worker.queue,
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", SENDER, str(workflow_id)],
+        cwd=str(ROOT),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_signal_from_another_process_wakes_a_parked_step(worker: Worker, use_transport) -> None:
+    use_transport(worker.transport)
+    workflow_id = create_workflow(ItSignalWorkflow)
+    wait_until(
+        lambda: [e.state for e in executions(workflow_id)] == ["waiting"],
+        what="the step to park in the worker",
+    )
+    (parked,) = executions(workflow_id)
+    assert parked.waiting_since is not None
+    assert workflow_state(workflow_id) == "ready"
+    assert recorded(worker.log, workflow_id) == []
+
+    line = send_from_another_process(worker, workflow_id)
+    assert line.startswith("signal ") and line.endswith(" False")
+    wait_for_state(workflow_id, "finished")
+    assert recorded(worker.log, workflow_id) == [("wait_here", "got-7"), ("after", "ran")]
+    woken = executions(workflow_id)[0]
+    assert woken.id == parked.id  # the parked execution itself was woken, not replaced
+    assert (woken.state, woken.outcome) == ("completed", "success")
+
+    with db.new_session() as session:
+        signal = session.scalars(select(Signal).where(Signal.workflow_id == workflow_id)).one()
+    assert woken.signal_id == signal.id
+    assert (signal.state, signal.claimed, signal.consumed) == ("consumed", 1, 1)
+
+    # The webhook sender retries after the workflow finished: a known key is not an error.
+    again = send_from_another_process(worker, workflow_id)
+    assert again == f"signal {signal.id} True"
+    assert recorded(worker.log, workflow_id) == [("wait_here", "got-7"), ("after", "ran")]
