@@ -45,8 +45,14 @@ def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
     migrate.init_app(app, db, directory=str(ROOT / "migrations"))
     htmx.init_app(app)
     with app.app_context():
+        sa_engine = db.engine
+        if sa_engine.dialect.name == "sqlite":
+            # WAL and busy_timeout, as the engine's own connections get: operator actions take
+            # the write lock (BEGIN IMMEDIATE) and must wait for a worker's commit, not fail.
+            engine.db.install_sqlite_pragmas(sa_engine)
+            sa_engine.dispose()
         # The engine's own session factory uses the same database as Flask-SQLAlchemy.
-        engine.db.configure(engine=db.engine)
+        engine.db.configure(engine=sa_engine)
 
     # Order matters: CSRF refuses forged requests before auth looks at who sent them.
     csrf.init_app(app)

@@ -77,12 +77,13 @@ class DashboardUser:
 
 
 def current_user() -> DashboardUser | None:
-    return g.get("user")
+    user: DashboardUser | None = g.get("user")
+    return user
 
 
 def _resolve_loader(value: Any) -> Callable[[Any], DashboardUser | None] | None:
     if value is None or callable(value):
-        return value
+        return value  # type: ignore[no-any-return]
     module_name, _, attribute = str(value).partition(":")
     loader = getattr(importlib.import_module(module_name), attribute)
     if not callable(loader):

@@ -18,7 +18,7 @@ STOP_POLLING = 286
 def is_htmx() -> bool:
     """True for an HTMX request, except a history restore (which needs the whole page)."""
     htmx = getattr(request, "htmx", None)
-    return bool(htmx) and not htmx.history_restore_request
+    return htmx is not None and bool(htmx) and not htmx.history_restore_request
 
 
 def render(page: str, partial: str, /, status: int = 200, **context: Any) -> Response:

@@ -401,10 +401,10 @@ def _plan(workflow: Workflow, executions: list[StepExecution]) -> list[StepPlanR
             status = "current"
         elif definition.name in latest:
             status = {
-                StepState.COMPLETED: "done",
-                StepState.SKIPPED: "skipped",
-                StepState.FAILED: "failed",
-                StepState.CANCELED: "canceled",
+                str(StepState.COMPLETED): "done",
+                str(StepState.SKIPPED): "skipped",
+                str(StepState.FAILED): "failed",
+                str(StepState.CANCELED): "canceled",
             }.get(latest[definition.name].state, "upcoming")
         else:
             status = "upcoming" if workflow.is_ongoing else "not run"

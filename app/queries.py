@@ -434,9 +434,9 @@ def stranded_groups(session: Session) -> list[StrandedGroup]:
         .where(Workflow.state == WorkflowState.PAUSED, ~_latest_failed_not_defined())
         .group_by(Workflow.type, Workflow.next_step_name)
     )
-    for type_name, step_name, count in by_name:
-        if is_stranded_step(type_name, step_name):
-            key = (type_name, step_name)
+    for type_name, next_step, count in by_name:
+        if next_step is not None and is_stranded_step(type_name, next_step):
+            key = (type_name, next_step)
             counts[key] = counts.get(key, 0) + int(count)
     groups = []
     for (type_name, step_name), count in counts.items():

@@ -9,14 +9,14 @@ from flask import abort, request
 
 from app import presenters, queries
 from app.dashboard import bp
-from app.extensions import db
+from app.extensions import session
 from app.htmx import render
 from engine.config import settings
 
 
 @bp.get("/")
 def overview() -> Any:
-    data = queries.overview(db.session)
+    data = queries.overview(session())
     classes = sorted(data.counts)
     states = ["ready", "performing", "paused", "finished", "canceled"]
     ratios = {
@@ -41,21 +41,21 @@ def _ratio(paused: int, counts: dict[str, int]) -> float:
 
 @bp.get("/signals")
 def signals() -> Any:
-    parked = queries.parked_executions(db.session)
+    parked = queries.parked_executions(session())
     return render(
         "dashboard/signals.html",
         "dashboard/_signals.html",
         groups=presenters.waiter_groups(parked),
         truncated=len(parked) >= queries.INBOX_LIMIT,
-        pending=[presenters.signal_view(s) for s in queries.pending_signals(db.session)],
-        recent=[presenters.signal_view(s) for s in queries.recent_signals(db.session)],
+        pending=[presenters.signal_view(s) for s in queries.pending_signals(session())],
+        recent=[presenters.signal_view(s) for s in queries.recent_signals(session())],
         limit=queries.INBOX_LIMIT,
     )
 
 
 @bp.get("/definitions")
 def definitions() -> Any:
-    classes = [presenters.class_definition(db.session, c) for c in queries.definitions().values()]
+    classes = [presenters.class_definition(session(), c) for c in queries.definitions().values()]
     return render(
         "dashboard/definitions.html", "dashboard/_definitions.html", classes=classes, single=False
     )
@@ -66,7 +66,7 @@ def definition(name: str) -> Any:
     cls = queries.definitions().get(name)
     if cls is None:
         abort(404, description=f"No workflow class named {name!r} is registered.")
-    classes = [presenters.class_definition(db.session, cls)]
+    classes = [presenters.class_definition(session(), cls)]
     return render(
         "dashboard/definitions.html", "dashboard/_definitions.html", classes=classes, single=True
     )
@@ -77,7 +77,7 @@ def stranded() -> Any:
     return render(
         "dashboard/stranded.html",
         "dashboard/_stranded.html",
-        groups=queries.stranded_groups(db.session),
+        groups=queries.stranded_groups(session()),
     )
 
 
@@ -86,7 +86,7 @@ def failures() -> Any:
     window = request.args.get("window", "24h")
     if window not in queries.FAILURE_WINDOWS:
         window = "24h"
-    groups = queries.failure_groups(db.session, queries.FAILURE_WINDOWS[window])
+    groups = queries.failure_groups(session(), queries.FAILURE_WINDOWS[window])
     return render(
         "dashboard/failures.html",
         "dashboard/_failures.html",
@@ -100,7 +100,7 @@ def failures() -> Any:
 def audit() -> Any:
     filters = queries.AuditFilters.from_args(request.args)
     page = queries.audit_page(
-        db.session, filters, request.args.get("after"), request.args.get("before")
+        session(), filters, request.args.get("after"), request.args.get("before")
     )
     return render(
         "dashboard/audit.html",

@@ -13,7 +13,7 @@ from flask import current_app, flash, redirect, request, url_for
 
 from app import operator, presenters, queries
 from app.auth import current_user
-from app.extensions import db
+from app.extensions import db, session
 from app.htmx import is_htmx, render, with_trigger
 from app.workflows import bp
 from app.workflows.views import list_context, load_workflow, render_detail
@@ -89,7 +89,7 @@ def _selection(source: Any) -> tuple[queries.WorkflowFilters, list[int], str]:
     scope = source.get("scope", "selected")
     error = ""
     if scope == "all":
-        ids = queries.capped_ids(db.session, filters, cap)
+        ids = queries.capped_ids(session(), filters, cap)
     else:
         ids = []
         for raw in source.getlist("ids"):

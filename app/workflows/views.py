@@ -8,7 +8,7 @@ from flask import abort, current_app, request
 
 from app import presenters, queries
 from app.auth import current_user
-from app.extensions import db
+from app.extensions import db, session
 from app.htmx import STOP_POLLING, is_htmx, render
 from app.workflows import bp
 from engine.states import WorkflowState
@@ -18,14 +18,14 @@ from engine.workflow import Workflow, workflow_class
 def list_context(filters: queries.WorkflowFilters) -> dict[str, Any]:
     """Everything the list page and its partial show, for ``filters`` and the page cursor."""
     page = queries.workflow_page(
-        db.session, filters, request.args.get("after"), request.args.get("before")
+        session(), filters, request.args.get("after"), request.args.get("before")
     )
     cls = workflow_class(filters.cls) if filters.cls else None
     user = current_user()
     return {
         "filters": filters,
         "page": page,
-        "rows": presenters.workflow_rows(db.session, page.items),
+        "rows": presenters.workflow_rows(session(), page.items),
         "classes": sorted(queries.definitions()),
         "states": [s.value for s in WorkflowState],
         "due_filters": queries.DUE_FILTERS,
@@ -60,7 +60,7 @@ def render_detail(
     A terminal workflow's live region is answered with 286, which tells htmx to stop polling
     (the region is also rendered without its poll trigger, so a swap cannot restart it).
     """
-    detail = presenters.workflow_detail(db.session, workflow, current_user())
+    detail = presenters.workflow_detail(session(), workflow, current_user())
     detail.refusal = refusal
     detail.notice = notice
     if is_htmx() and status == 200 and not detail.live:
@@ -75,12 +75,12 @@ def detail(workflow_id: int) -> Any:
 
 @bp.get("/heroes/<hero_type>/<hero_id>")
 def hero(hero_type: str, hero_id: str) -> Any:
-    workflows = queries.hero_workflows(db.session, hero_type, hero_id)
+    workflows = queries.hero_workflows(session(), hero_type, hero_id)
     return render(
         "workflows/hero.html",
         "workflows/_hero.html",
         hero_type=hero_type,
         hero_id=hero_id,
-        rows=presenters.workflow_rows(db.session, workflows),
+        rows=presenters.workflow_rows(session(), workflows),
         limit=queries.HERO_LIMIT,
     )
