@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, literal, tuple_, update
+from sqlalchemy.exc import DBAPIError
 
 from engine.flow_control import Interrupt
 from engine.models import StepExecution, utcnow
@@ -84,6 +85,18 @@ class IterableStep:
                 .execution_options(synchronize_session=False)
             )
             session.commit()
+        except DBAPIError as error:
+            session.rollback()
+            if not error.connection_invalidated:
+                raise  # the step's own writes were refused: the exception policy decides
+            # The database connection died under the checkpoint (a restart, a failover, a
+            # terminated backend): not the step's fault. End this execution as an interruption;
+            # the successor continues from the last committed checkpoint, like after a crash.
+            self._executor.log.warning(
+                "database connection lost at a checkpoint; continuing from the last committed "
+                "cursor in a new execution"
+            )
+            raise Interrupt() from error
         except BaseException:
             # The step's own writes failed to flush or commit with the cursor. Roll them back
             # so the session stays usable: the error goes to the exception policy like any

@@ -20,3 +20,13 @@ def rdb(geneva_database: Any, geneva_transport: Any, geneva_session: Any) -> Ite
     executor.clear_shutdown()
     yield geneva_database.engine
     executor.clear_shutdown()
+
+
+# The real-process fixtures of the integration harness, for the crash and soak tests.
+from tests.integration.conftest import (  # noqa: E402, F401
+    processes,
+    restore_settings,
+    shared_database,
+    short_horizon,
+    use_transport,
+)

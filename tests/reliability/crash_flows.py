@@ -1,0 +1,198 @@
+"""Workflows the crash tests run in real worker processes (imported by the workers through
+``GENEVA_WORKFLOW_MODULES``) and the fault hooks they arm from environment variables.
+
+Every step body appends ``<workflow id> <step> <event> <execution id> <pid>`` to the file named
+by ``GENEVA_TEST_LOG`` (O_APPEND, one write per line), so "how many times did this body run,
+and in which execution row" is known independently of the database.
+
+Fault hooks (armed only in processes whose environment sets them; each fires once per
+workflow, remembered by a marker file next to the log, so a restarted worker runs normally):
+
+* ``GENEVA_CRASH_HANG_BODY=1`` — ``CrashBodyWorkflow.body`` hangs mid-body.
+* ``GENEVA_CRASH_HANG_FINALIZE=1`` — finalize of ``CrashFinalizeWorkflow.work`` hangs after the
+  result is applied, before the commit (holding the workflow lock).
+* ``GENEVA_CRASH_HANG_SEND=1`` — the first commit that queued step messages hangs after the
+  commit and before the messages are sent.
+
+The test SIGKILLs the worker once the ``hang`` line shows up.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from engine import IterableStep, Workflow, resumable_step, step
+from engine.instrumentation import step_finalized
+
+HANG_SECONDS = 120
+
+
+def _log_path() -> str | None:
+    return os.environ.get("GENEVA_TEST_LOG")
+
+
+def _write(line: str) -> None:
+    path = _log_path()
+    if not path:
+        return
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def record(workflow: Workflow, step_name: str, event_name: str = "ran") -> None:
+    execution = workflow.current_execution
+    execution_id = execution.id if execution is not None else 0
+    _write(f"{workflow.id} {step_name} {event_name} {execution_id} {os.getpid()}\n")
+
+
+def _first_time(name: str) -> bool:
+    """True once per marker name (across processes)."""
+    path = _log_path()
+    if not path:
+        return False
+    marker = Path(f"{path}.{name}")
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    except FileExistsError:
+        return False
+    os.close(fd)
+    return True
+
+
+def _hang(workflow_id: Any, what: str) -> None:
+    _write(f"{workflow_id} {what} hang 0 {os.getpid()}\n")
+    time.sleep(HANG_SECONDS)
+
+
+class Ledger:
+    """The body-run records of one log file."""
+
+    def __init__(self, path: Path) -> None:
+        self.lines: list[tuple[int, str, str, int]] = []
+        if path.exists():
+            for line in path.read_text().splitlines():
+                wf, step_name, event_name, execution_id, _pid = line.split(" ")
+                self.lines.append((int(wf), step_name, event_name, int(execution_id)))
+
+    def events(self, workflow_id: int) -> list[tuple[str, str]]:
+        return [(s, e) for wf, s, e, _x in self.lines if wf == workflow_id]
+
+    def count(self, workflow_id: int, step_name: str, event_name: str = "ran") -> int:
+        return sum(
+            1 for wf, s, e, _x in self.lines if (wf, s, e) == (workflow_id, step_name, event_name)
+        )
+
+    def runs_per_execution(self, event_name: str) -> Counter[int]:
+        """How many times each execution row ran a body (counting ``event_name`` lines)."""
+        return Counter(x for _wf, _s, e, x in self.lines if e == event_name and x)
+
+
+class CrashBodyWorkflow(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def body(self) -> None:
+        record(self, "body", "start")
+        if os.environ.get("GENEVA_CRASH_HANG_BODY") and _first_time(f"body-{self.id}"):
+            _hang(self.id, "body")
+        record(self, "body", "end")
+
+    @step
+    def after(self) -> None:
+        record(self, "after", "start")
+
+
+class CrashFinalizeWorkflow(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def work(self) -> None:
+        record(self, "work", "start")
+
+    @step
+    def after(self) -> None:
+        record(self, "after", "start")
+
+
+@step_finalized.connect
+def _hang_in_finalize(sender: Any, **payload: Any) -> None:
+    if not os.environ.get("GENEVA_CRASH_HANG_FINALIZE"):
+        return
+    if (
+        payload.get("workflow_class") != "CrashFinalizeWorkflow"
+        or payload.get("step_name") != "work"
+    ):
+        return
+    if _first_time(f"finalize-{payload['workflow_id']}"):
+        _hang(payload["workflow_id"], "finalize")
+
+
+class CrashSendWorkflow(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def one(self) -> None:
+        record(self, "one", "start")
+
+    @step
+    def two(self) -> None:
+        record(self, "two", "start")
+
+
+@event.listens_for(Session, "after_commit", insert=True)
+def _hang_between_commit_and_send(session: Session) -> None:
+    # insert=True: runs before engine.transport's own after_commit hook, which sends.
+    if not os.environ.get("GENEVA_CRASH_HANG_SEND"):
+        return
+    pending = session.info.get("geneva_pending_messages")
+    if pending and _first_time("send"):
+        ids = ",".join(str(message.execution_id) for _chain, message in pending)
+        _hang(0, f"send:{ids}")
+
+
+class CrashManyWorkflow(Workflow):
+    """Three steps with short waits: many of them keep messages in flight at any moment."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def a(self) -> None:
+        record(self, "a", "start")
+
+    @step(wait=timedelta(seconds=0.5))
+    def b(self) -> None:
+        record(self, "b", "start")
+
+    @step(wait=timedelta(seconds=1))
+    def c(self) -> None:
+        record(self, "c", "start")
+
+
+class CrashDbDropWorkflow(Workflow):
+    """A resumable walk over 12 slowish items, checkpointing after each; its database
+    connection is terminated under it."""
+
+    may_proceed_without_hero = True
+
+    @resumable_step
+    def walk(self, it: IterableStep) -> None:
+        def work(item: int) -> None:
+            record(self, "walk", f"item-{item}")
+            time.sleep(0.25)
+
+        it.iterate_over(range(12), work)
+
+    @step
+    def after(self) -> None:
+        record(self, "after", "start")

@@ -1,0 +1,411 @@
+"""Crashes and faults with real processes: SIGKILL a worker inside a step body, inside
+finalize and between commit and send; restart the broker while messages are in flight; drop
+the database connection in the middle of a step.
+
+After recovery (the dispatcher's sweep and housekeeping, run here with small thresholds)
+every workflow ends where it would have ended without the fault, no execution row ran its
+body twice, no committed step ran again, and the invariant checker finds nothing.
+
+SQLite and PostgreSQL (per GENEVA_TEST_DATABASE_URL); the broker tests use a private
+redis-server on a free port, started and killed by its own PID (never the machine's 6379).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+
+from engine import db, dispatch, housekeeping
+from engine.celery import CeleryTransport, make_celery
+from engine.config import settings
+from engine.transport import NullTransport
+from tests.integration.conftest import (
+    BIN,
+    Process,
+    SharedDatabase,
+    create_workflow,
+    executions,
+    process_env,
+    wait_for_state,
+    wait_until,
+    workflow_state,
+)
+from tests.reliability.crash_flows import (
+    CrashBodyWorkflow,
+    CrashDbDropWorkflow,
+    CrashFinalizeWorkflow,
+    CrashManyWorkflow,
+    CrashSendWorkflow,
+    Ledger,
+)
+from tests.reliability.invariants import assert_invariants
+
+pytestmark = pytest.mark.integration
+
+MODULES = "tests.integration.flows,tests.reliability.crash_flows"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _hung(log: Path, what: str, timeout: float = 60.0) -> None:
+    wait_until(
+        lambda: log.exists() and f" {what}" in log.read_text() and " hang " in log.read_text(),
+        timeout,
+        f"a worker to hang in {what}",
+    )
+
+
+def recover(*, in_progress_after: float = 0.3) -> None:
+    """What the dispatcher process does after a crash: housekeeping (stuck rows) and the
+    dispatch sweep (unsent or lost messages), with thresholds small enough for a test.
+
+    ``in_progress_after`` must exceed the longest healthy step while workers run: recovery
+    of a live execution runs its step a second time (that is what the threshold is for).
+    """
+    settings.stuck_in_progress_threshold = in_progress_after
+    settings.stuck_scheduled_threshold = 2
+    settings.dispatch_resend_after = 0.5
+    time.sleep(0.6)
+    housekeeping.run()
+    dispatch.dispatch_due()
+
+
+class EmbeddedWorkers:
+    """``geneva-drive worker`` processes (no broker; the execution table is the queue)."""
+
+    def __init__(self, database: SharedDatabase, directory: Path, procs: list[Process]) -> None:
+        self.database = database
+        self.directory = directory
+        self.procs = procs
+        self.log = directory / "steps.log"
+        self.count = 0
+
+    def start(self, url: str | None = None, **env: str) -> Process:
+        self.count += 1
+        environment = process_env(self.database, self.log, GENEVA_WORKFLOW_MODULES=MODULES, **env)
+        if url is not None:
+            environment["GENEVA_DATABASE_URL"] = url
+        process = Process(
+            [
+                str(BIN / "geneva-drive"),
+                "worker",
+                "--concurrency",
+                "2",
+                "--poll-interval",
+                "0.02",
+                "--no-housekeeping",
+            ],
+            environment,
+            self.directory / f"worker-{self.count}.log",
+        )
+        self.procs.append(process)
+        process.wait_for_output("embedded worker running", timeout=60)
+        return process
+
+    def ledger(self) -> Ledger:
+        return Ledger(self.log)
+
+
+@pytest.fixture
+def embedded(
+    shared_database: SharedDatabase,
+    short_horizon: None,
+    restore_settings: None,
+    use_transport,
+    processes: list[Process],
+    tmp_path: Path,
+) -> EmbeddedWorkers:
+    use_transport(NullTransport())  # the embedded workers poll; the test sends nothing
+    return EmbeddedWorkers(shared_database, tmp_path, processes)
+
+
+def _assert_no_execution_ran_twice(ledger: Ledger, event_name: str = "start") -> None:
+    twice = {x: n for x, n in ledger.runs_per_execution(event_name).items() if n > 1}
+    assert not twice, f"execution rows whose body ran more than once: {twice}"
+
+
+# --- SIGKILL inside a step body ---------------------------------------------------------------
+
+
+def test_sigkill_inside_a_step_body(embedded: EmbeddedWorkers, shared_database) -> None:
+    worker = embedded.start(GENEVA_CRASH_HANG_BODY="1")
+    ids = [create_workflow(CrashBodyWorkflow) for _ in range(2)]
+    wait_until(
+        lambda: embedded.log.exists() and embedded.log.read_text().count(" body hang ") == 2,
+        60,
+        "both bodies to hang",
+    )
+    worker.kill()
+    for workflow_id in ids:
+        assert workflow_state(workflow_id) == "performing"
+    assert_invariants(shared_database.engine)
+
+    recover()
+    embedded.start()  # the replacement worker (the hook is disarmed: it fired once per workflow)
+    for workflow_id in ids:
+        wait_for_state(workflow_id, "finished", timeout=60)
+    ledger = embedded.ledger()
+    for workflow_id in ids:
+        # The killed body ran again in a new execution row; nothing after it ran twice.
+        assert ledger.count(workflow_id, "body", "start") == 2
+        assert ledger.count(workflow_id, "body", "end") == 1
+        assert ledger.count(workflow_id, "after", "start") == 1
+        states = [(e.step_name, e.state, e.outcome) for e in executions(workflow_id)]
+        assert states == [
+            ("body", "completed", "recovered"),
+            ("body", "completed", "success"),
+            ("after", "completed", "success"),
+        ]
+    _assert_no_execution_ran_twice(ledger)
+    assert_invariants(shared_database.engine, quiescent=True)
+
+
+# --- SIGKILL inside finalize ------------------------------------------------------------------
+
+
+def test_sigkill_inside_finalize(embedded: EmbeddedWorkers, shared_database) -> None:
+    worker = embedded.start(GENEVA_CRASH_HANG_FINALIZE="1")
+    workflow_id = create_workflow(CrashFinalizeWorkflow)
+    _hung(embedded.log, "finalize")
+    worker.kill()
+    # Finalize never committed: the execution is still in_progress, nothing was scheduled.
+    assert workflow_state(workflow_id) == "performing"
+    assert [(e.step_name, e.state) for e in executions(workflow_id)] == [("work", "in_progress")]
+    assert_invariants(shared_database.engine)
+
+    recover()
+    embedded.start()
+    wait_for_state(workflow_id, "finished", timeout=60)
+    ledger = embedded.ledger()
+    assert ledger.count(workflow_id, "work", "start") == 2  # its result was never committed
+    assert ledger.count(workflow_id, "after", "start") == 1
+    _assert_no_execution_ran_twice(ledger)
+    assert_invariants(shared_database.engine, quiescent=True)
+
+
+# --- the database connection dropped mid-step (PostgreSQL) -------------------------------------
+
+
+def test_database_connection_terminated_mid_step(
+    embedded: EmbeddedWorkers, shared_database
+) -> None:
+    if shared_database.schema is None:
+        pytest.skip("pg_terminate_backend needs PostgreSQL")
+    app_name = f"gd_crash_{uuid.uuid4().hex[:8]}"
+    embedded.start(url=f"{shared_database.url}&application_name={app_name}")
+    workflow_id = create_workflow(CrashDbDropWorkflow)
+    wait_until(lambda: embedded.ledger().count(workflow_id, "walk", "item-3") >= 1, 60, "item 3")
+    with shared_database.engine.begin() as connection:
+        killed = connection.execute(
+            text(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE application_name = :name"
+            ),
+            {"name": app_name},
+        ).scalar()
+    assert killed >= 1
+
+    # No housekeeping needed: the checkpoint that lost its connection ends the execution as
+    # an interruption, and the successor continues from the last committed cursor.
+    wait_for_state(workflow_id, "finished", timeout=60)
+    kinds = [(e.step_name, e.state, e.outcome) for e in executions(workflow_id)]
+    assert ("walk", "completed", "continued") in kinds, kinds
+    ledger = embedded.ledger()
+    items = [ledger.count(workflow_id, "walk", f"item-{n}") for n in range(12)]
+    assert all(count >= 1 for count in items), items
+    # Only the item in flight when the connection died may run again (it was not checkpointed).
+    assert sum(items) <= 13, items
+    assert ledger.count(workflow_id, "after", "start") == 1
+    assert_invariants(shared_database.engine, quiescent=True)
+
+
+# --- Celery on a private Redis: between commit and send; broker restart ---------------------------
+
+
+class PrivateRedis:
+    """A redis-server of our own on a free port, no persistence; killed by its own PID."""
+
+    def __init__(self, directory: Path, procs: list[Process]) -> None:
+        self.port = _free_port()
+        self.directory = directory
+        self.procs = procs
+        self.process: Process | None = None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self.process = Process(
+            [
+                shutil.which("redis-server") or "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.directory),
+            ],
+            {"PATH": "/usr/bin:/bin"},
+            self.directory / f"redis-{len(self.procs)}.log",
+        )
+        self.procs.append(self.process)
+        self.process.wait_for_output("Ready to accept connections", timeout=30)
+
+    def kill(self) -> None:
+        assert self.process is not None
+        self.process.kill()
+
+
+@pytest.fixture
+def private_redis(processes: list[Process], tmp_path: Path) -> Iterator[PrivateRedis]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed")
+    server = PrivateRedis(tmp_path, processes)
+    server.start()
+    yield server
+
+
+class CeleryWorker:
+    def __init__(
+        self, database: SharedDatabase, redis: PrivateRedis, directory: Path, procs: list[Process]
+    ) -> None:
+        self.database = database
+        self.redis = redis
+        self.directory = directory
+        self.procs = procs
+        self.queue = f"gd-crash-{uuid.uuid4().hex[:8]}"
+        self.log = directory / "steps.log"
+        celery = make_celery(redis.url)
+        celery.conf.task_default_queue = self.queue
+        celery.conf.broker_connection_retry = False
+        celery.conf.broker_transport_options = {"max_retries": 1}
+        self.transport = CeleryTransport(celery)
+        self.count = 0
+
+    def start(self, **env: str) -> Process:
+        self.count += 1
+        environment = process_env(
+            self.database,
+            self.log,
+            GENEVA_BROKER_URL=self.redis.url,
+            GENEVA_DEFAULT_QUEUE=self.queue,
+            GENEVA_WORKFLOW_MODULES=MODULES,
+            **env,
+        )
+        process = Process(
+            [
+                str(BIN / "celery"),
+                "-A",
+                "engine.celery",
+                "worker",
+                "--pool=prefork",
+                "-c",
+                "2",
+                "--loglevel=INFO",
+                "-Q",
+                self.queue,
+                "-n",
+                f"{self.queue}-{self.count}@%h",
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            environment,
+            self.directory / f"celery-{self.count}.log",
+        )
+        self.procs.append(process)
+        process.wait_for_output(" ready.", timeout=60)
+        return process
+
+    def ledger(self) -> Ledger:
+        return Ledger(self.log)
+
+
+@pytest.fixture
+def celery_worker(
+    shared_database: SharedDatabase,
+    private_redis: PrivateRedis,
+    short_horizon: None,
+    restore_settings: None,
+    use_transport,
+    processes: list[Process],
+    tmp_path: Path,
+) -> Iterator[CeleryWorker]:
+    worker = CeleryWorker(shared_database, private_redis, tmp_path, processes)
+    use_transport(worker.transport)
+    yield worker
+    worker.transport.celery.close()
+
+
+def test_sigkill_between_commit_and_send(celery_worker: CeleryWorker, shared_database) -> None:
+    worker = celery_worker.start(GENEVA_CRASH_HANG_SEND="1")
+    workflow_id = create_workflow(CrashSendWorkflow)
+    _hung(celery_worker.log, "send:")
+    worker.kill()
+    one, two = executions(workflow_id)
+    assert (one.state, one.outcome) == ("completed", "success")
+    assert two.state == "scheduled" and two.sent_at is not None  # committed as sent, never sent
+    assert workflow_state(workflow_id) == "ready"
+    assert_invariants(shared_database.engine, quiescent=True)
+
+    celery_worker.start()
+    recover()  # the dispatcher resends what was marked sent but never started
+    wait_for_state(workflow_id, "finished", timeout=60)
+    ledger = celery_worker.ledger()
+    assert ledger.count(workflow_id, "one", "start") == 1
+    assert ledger.count(workflow_id, "two", "start") == 1
+    _assert_no_execution_ran_twice(ledger)
+    assert_invariants(shared_database.engine, quiescent=True)
+
+
+def test_broker_restart_with_executions_in_flight(
+    celery_worker: CeleryWorker,
+    private_redis: PrivateRedis,
+    shared_database,
+) -> None:
+    celery_worker.start()
+    ids = [create_workflow(CrashManyWorkflow) for _ in range(30)]
+    wait_until(
+        lambda: sum(celery_worker.ledger().count(w, "a", "start") for w in ids) >= 10,
+        60,
+        "the first steps to run",
+    )
+    private_redis.kill()  # every queued and countdown message in Redis is gone
+    ids += [create_workflow(CrashManyWorkflow) for _ in range(5)]  # sends fail: broker down
+    time.sleep(1.0)
+    private_redis.start()  # same port, empty
+
+    def all_finished() -> bool:
+        with db.new_session() as session:
+            from sqlalchemy import func, select
+
+            from engine.workflow import Workflow
+
+            done = session.scalar(
+                select(func.count()).where(Workflow.id.in_(ids), Workflow.state == "finished")
+            )
+        if done == len(ids):
+            return True
+        recover(in_progress_after=10)
+        return False
+
+    wait_until(all_finished, 120, "every workflow to finish after the broker restart")
+    ledger = celery_worker.ledger()
+    for workflow_id in ids:
+        for name in ("a", "b", "c"):
+            assert ledger.count(workflow_id, name, "start") == 1, (workflow_id, name)
+    _assert_no_execution_ran_twice(ledger)
+    assert_invariants(shared_database.engine, quiescent=True)
