@@ -1238,3 +1238,36 @@ def test_a_checkpoint_whose_commit_fails_is_handled_by_the_policy(order):
     assert (execution.state, execution.outcome) == ("failed", "failed")
     assert execution.cursor_value == 1  # the last checkpoint that committed
     assert_workflow_state(wf, "paused")
+
+
+def test_reattempt_policy_cap_then_pause_keeps_the_cursor(order):
+    processed = []
+    broken = {"on": True}
+
+    class CappedFlow(Workflow):
+        @resumable_step(on_exception="reattempt", max_reattempts=2)
+        def walk(self, it):
+            def work(item):
+                processed.append(item)
+                if item == "c" and broken["on"]:
+                    raise TimeoutError("still down")
+
+            it.iterate_over(["a", "b", "c", "d"], work)
+
+    wf = CappedFlow.create(hero=order)
+    for _ in range(3):
+        with pytest.raises(TimeoutError):
+            perform_next_step(wf)
+    links = chain(wf, "walk")
+    assert [(e.state, e.outcome) for e in links] == [
+        ("completed", "reattempted"),
+        ("completed", "reattempted"),
+        ("failed", "failed"),
+    ]
+    assert [e.cursor_value for e in links] == [2, 2, 2]
+    assert_workflow_state(wf, "paused")
+    broken["on"] = False
+    wf.resume()
+    speedrun_workflow(wf)
+    assert processed == ["a", "b", "c", "c", "c", "c", "d"]
+    assert_workflow_state(wf, "finished")

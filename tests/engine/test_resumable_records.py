@@ -253,3 +253,24 @@ def test_composite_cursor_must_be_a_list_of_matching_length(order, items):
     perform_next_step(wf)
     with pytest.raises(ValueError, match="composite keyset cursor is a list of 2 values"):
         perform_next_step(wf)
+
+
+def test_uuid_primary_keys_page_by_keyset_across_a_chain(order, geneva_session):
+    from tests.conftest import Account
+
+    accounts = [Account(email=f"{n}@example.com") for n in range(7)]
+    geneva_session.add_all(accounts)
+    geneva_session.commit()
+    expected = sorted(a.id for a in accounts)
+    seen = []
+
+    class UuidRecordsFlow(Workflow):
+        @resumable_step(max_iterations=3)
+        def walk(self, it):
+            it.iterate_over_records(select(Account), lambda a: seen.append(a.id), batch_size=2)
+
+    wf = UuidRecordsFlow.create(hero=order)
+    perform_next_step(wf)
+    assert_cursor(wf, expected[2])
+    speedrun_workflow(wf)
+    assert seen == expected
