@@ -130,6 +130,9 @@ class EmbeddedWorker:
         if alive:
             log.warning("embedded worker: %s still running a step at shutdown", ", ".join(alive))
             return False
+        # The flag is process-wide: once our steps have stopped, executions run later in this
+        # process (a test, a script) must not see a shutdown that is over.
+        executor.clear_shutdown()
         log.info("embedded worker stopped after %d execution(s)", self.executed)
         return True
 

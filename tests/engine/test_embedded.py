@@ -121,3 +121,10 @@ def test_row_that_cannot_start_is_backed_off_not_spun(geneva_session, worker, mo
     time.sleep(0.3)
     # Polls every 20 ms, but the first retry only comes 0.5 s after the failure.
     assert len(calls) == 1
+
+
+def test_a_finished_stop_does_not_leave_the_shutdown_flag_behind(geneva_session, worker):
+    from engine import executor
+
+    assert worker.stop(timeout=10)
+    assert not executor.shutdown_requested()
