@@ -26,6 +26,7 @@ from engine.serialization import check_text, serialize_payload
 from engine.states import (
     CURRENT_STEP_STATES,
     RESOLVING_OUTCOMES,
+    Outcome,
     SignalState,
     StepState,
     WorkflowState,
@@ -264,16 +265,27 @@ def _find(session: Session, workflow: Workflow, name: str, key: str | None) -> S
 
 def rendezvous_waiting(session: Session, workflow: Workflow, execution: StepExecution) -> None:
     """On resume: release a parked execution whose step was removed, or wake it if a buffered
-    signal matches now. The workflow lock must be held."""
+    signal matches now. The workflow lock must be held.
+
+    A parked execution of a step that no longer waits for a signal (a deploy dropped its
+    ``wait_for=``) is sent to run; the gem leaves it parked for good.
+    """
+    from engine.executor import transition_step
+
     step_def = workflow.steps.named(execution.step_name)
     if step_def is not None and step_def.removed:
-        execution.state = StepState.SKIPPED
-        execution.outcome = "skipped"
-        execution.skipped_at = utcnow()
+        transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
         settle_for_skipped(session, execution)
         scheduling.schedule_next_step(session, workflow)
         return
-    if step_def is None or not step_def.waits_for_signal:
+    if step_def is None:
+        return
+    if not step_def.waits_for_signal:
+        transition_step(execution, StepState.SCHEDULED)
+        execution.scheduled_for = utcnow()
+        execution.waiting_since = None
+        session.flush()
+        scheduling.enqueue_execution(session, workflow, execution, step_def, force=True)
         return
     for candidate in attachable(session, workflow):
         if step_def.signal_matcher.matches(candidate):

@@ -1008,3 +1008,69 @@ def test_recovery_of_a_resumable_signal_step_carries_the_pin(order, geneva_sessi
     reload(geneva_session, signal)
     assert (signal.claimed, signal.consumed) == (1, 1)
     assert signal.state == "consumed"
+
+
+def test_resume_sends_a_parked_execution_whose_step_no_longer_waits(
+    order, geneva_session, geneva_transport
+):
+    class DroppedWaitFlow(Workflow):
+        @step(wait_for="go")
+        def gate(self):
+            pass
+
+    wf = DroppedWaitFlow.create(hero=order)
+    order_id = order.id
+    parked_id = perform_next_step(wf).id
+    wf.pause()
+    geneva_session.commit()
+    workflow_id = wf.id
+
+    class DroppedWaitFlow(Workflow):  # the next deploy drops wait_for=
+        @step
+        def gate(self):
+            self.hero.status = "ran without a signal"
+
+    geneva_session.expunge_all()
+    wf = geneva_session.get(Workflow, workflow_id)
+    geneva_transport.clear()
+    woken = wf.resume()
+    geneva_session.commit()
+    assert woken.id == parked_id
+    assert woken.state == "scheduled"
+    assert woken.waiting_since is None
+    assert geneva_transport.execution_ids == [woken.id]
+    speedrun_workflow(wf)
+    assert wf.state == "finished"
+    assert geneva_session.get(Order, order_id).status == "ran without a signal"
+
+
+def test_a_released_removed_step_execution_gets_its_timestamps(order, geneva_session):
+    class StampedReleaseFlow(Workflow):
+        @step(wait_for="go")
+        def gone(self):
+            pass
+
+        @step
+        def after(self):
+            pass
+
+    wf = StampedReleaseFlow.create(hero=order)
+    perform_next_step(wf)
+    wf.pause()
+    geneva_session.commit()
+    workflow_id = wf.id
+
+    class StampedReleaseFlow(Workflow):  # the step was removed meanwhile
+        gone = removed_step()
+
+        @step
+        def after(self):
+            pass
+
+    geneva_session.expunge_all()
+    wf = geneva_session.get(Workflow, workflow_id)
+    wf.resume()
+    geneva_session.commit()
+    gone = executions(wf, "gone")[0]
+    assert gone.skipped_at is not None
+    assert gone.finished_at is not None
