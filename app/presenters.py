@@ -19,6 +19,7 @@ from sqlalchemy.orm import Session
 from app.auth import DashboardUser
 from engine import states
 from engine.config import settings
+from engine.explain import why_waiting_many
 from engine.models import OperatorAction, Signal, StepExecution, utcnow
 from engine.signal_matcher import matcher_name
 from engine.states import CURRENT_STEP_STATES, StepState
@@ -149,6 +150,7 @@ def workflow_rows(session: Session, workflows: Iterable[Workflow]) -> list[Workf
     workflows = list(workflows)
     now = utcnow()
     currents = _current_by_workflow(session, [w.id for w in workflows])
+    whys = why_waiting_many(session, workflows, now=now)
     return [
         WorkflowRow(
             id=w.id,
@@ -159,7 +161,7 @@ def workflow_rows(session: Session, workflows: Iterable[Workflow]) -> list[Workf
             state=w.state,
             badges=_badges(w, currents.get(w.id), now),
             next_step=w.next_step_name,
-            why=w.why_waiting(now=now),
+            why=whys[w.id],
             updated_at=w.updated_at,
             created_at=w.created_at,
         )
