@@ -3,13 +3,15 @@ polling (286 once terminal) and the security headers."""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 from sqlalchemy import event, update
 
 from app.extensions import db
 from engine import IterableStep, resumable_step
 from engine.models import StepExecution, utcnow
-from engine.testing import perform_next_step
+from engine.testing import perform_next_step, speedrun_workflow
 from engine.workflow import Workflow
 from tests.app.conftest import DashPayment, post, run_to_finish
 from tests.conftest import Order
@@ -314,3 +316,41 @@ def test_pages_declare_a_mobile_viewport(operator_client, width_hint):
     assert 'name="viewport" content="width=device-width' in operator_client.get("/").get_data(
         as_text=True
     )
+
+
+def test_a_workflow_whose_class_is_gone_still_renders(
+    operator_client, make_workflow, geneva_session
+):
+    wf = make_workflow(run=True)
+    geneva_session.execute(update(Workflow).where(Workflow.id == wf.id).values(type="GoneWorkflow"))
+    geneva_session.commit()
+    detail = operator_client.get(f"/workflows/{wf.id}")
+    assert detail.status_code == 200
+    html = detail.get_data(as_text=True)
+    assert "class missing" in html and "GoneWorkflow" in html
+    listed = operator_client.get("/workflows?class=GoneWorkflow").get_data(as_text=True)
+    assert f'id="wf-{wf.id}"' in listed and "(not registered)" in listed
+    # Paused on a step no class defines: it is in the stranded drain view.
+    assert "GoneWorkflow" in operator_client.get("/stranded").get_data(as_text=True)
+    # Cancel still works on it (the engine allows it for any ongoing workflow).
+    assert post(operator_client, f"/workflows/{wf.id}/cancel").status_code == 302
+
+
+def test_due_filter_finds_parked_waiters_and_the_inbox_lists_them(operator_client, make_workflow):
+    DashPayment.fail_charge = False
+    parked = make_workflow()
+    with contextlib.suppress(RuntimeError):
+        speedrun_workflow(parked)  # stops at the confirm gate
+    other = make_workflow()
+    html = operator_client.get("/workflows?due=waiting").get_data(as_text=True)
+    assert f'id="wf-{parked.id}"' in html and f'id="wf-{other.id}"' not in html
+    assert "waiting for signal `payment_confirmed`" in html
+    inbox = operator_client.get("/signals").get_data(as_text=True)
+    assert "<code>payment_confirmed</code> · 1 waiting" in inbox
+    assert f"#{parked.id}" in inbox
+
+
+def test_logout_page_on_get_changes_nothing(operator_client):
+    page = operator_client.get("/logout")
+    assert page.status_code == 200 and ">Log out</button>" in page.get_data(as_text=True)
+    assert operator_client.get("/").status_code == 200  # still logged in
