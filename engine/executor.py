@@ -292,6 +292,11 @@ class Executor:
         step_def, signal = prepared
 
         result = self.run_body(workflow, execution, step_def, signal)
+        if isinstance(result, Captured) and isinstance(result.error, SQLAlchemyError):
+            # The body's own database work failed (a dropped connection, a refused write): that
+            # transaction cannot commit. Roll it back so the outcome is recorded now, by policy,
+            # instead of the execution sitting in_progress until housekeeping finds it stuck.
+            self.session.rollback()
 
         try:
             self.finalize(execution, step_def, result)

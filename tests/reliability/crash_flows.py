@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from engine import IterableStep, Workflow, resumable_step, step
+from engine import ExceptionPolicy, IterableStep, Workflow, resumable_step, step
 from engine.instrumentation import step_finalized
 
 HANG_SECONDS = 120
@@ -51,9 +51,20 @@ def _write(line: str) -> None:
 
 
 def record(workflow: Workflow, step_name: str, event_name: str = "ran") -> None:
-    execution = workflow.current_execution
-    execution_id = execution.id if execution is not None else 0
-    _write(f"{workflow.id} {step_name} {event_name} {execution_id} {os.getpid()}\n")
+    # The running execution, read on a connection of its own: the step's session must not
+    # keep a connection (and a transaction) open through the body because of our bookkeeping.
+    from sqlalchemy import select as _select
+
+    from engine import db
+    from engine.models import StepExecution
+
+    with db.get_engine().connect() as connection:
+        execution_id = connection.scalar(
+            _select(StepExecution.id).where(
+                StepExecution.workflow_id == workflow.id, StepExecution.state == "in_progress"
+            )
+        )
+    _write(f"{workflow.id} {step_name} {event_name} {execution_id or 0} {os.getpid()}\n")
 
 
 def _first_time(name: str) -> bool:
@@ -196,3 +207,108 @@ class CrashDbDropWorkflow(Workflow):
     @step
     def after(self) -> None:
         record(self, "after", "start")
+
+
+class CrashNapWorkflow(Workflow):
+    """A plain step that naps while its worker's database connections are terminated."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def nap(self) -> None:
+        record(self, "nap", "start")
+        time.sleep(1.5)
+        record(self, "nap", "end")
+
+    @step
+    def after(self) -> None:
+        record(self, "after", "start")
+
+
+class CrashNapDbWorkflow(Workflow):
+    """Like CrashNapWorkflow, but the body queries through the step's session after the nap,
+    on the connection that was terminated meanwhile. A policy reattempts database errors."""
+
+    may_proceed_without_hero = True
+    exception_policies = (
+        ExceptionPolicy(
+            "reattempt",
+            matching="sqlalchemy.exc.OperationalError",
+            wait=timedelta(seconds=0.2),
+            max_reattempts=3,
+            report="never",
+        ),
+    )
+
+    @step
+    def nap(self) -> None:
+        from sqlalchemy import text as _text
+
+        record(self, "nap", "start")
+        self.session.execute(_text("SELECT 1"))  # the session now holds a connection
+        time.sleep(1.5)
+        self.session.execute(_text("SELECT 1"))
+        record(self, "nap", "end")
+
+    @step
+    def after(self) -> None:
+        record(self, "after", "start")
+
+
+# --- the soak -----------------------------------------------------------------------------------
+
+
+class SoakFault(Exception):
+    """The injected step failure (reattempted by policy, up to a point)."""
+
+
+def _roll(execution_id: int, salt: str) -> float:
+    import random
+
+    return random.Random(f"{execution_id}:{salt}").random()
+
+
+class SoakWorkflow(Workflow):
+    """prepare → nap (0.3 s wait, sometimes a random reattempt wait) → gate (waits for "go")
+    → finish. prepare and nap fail 15% of the time; the policy reattempts up to 5 times and
+    then pauses the workflow (an operator resumes it)."""
+
+    may_proceed_without_hero = True
+    exception_policies = (
+        ExceptionPolicy(
+            "reattempt",
+            matching=SoakFault,
+            wait=timedelta(seconds=0.2),
+            max_reattempts=5,
+            terminal_action="pause",
+            report="never",
+        ),
+    )
+
+    def _maybe_fail(self, step_name: str) -> None:
+        execution = self.current_execution
+        if execution is not None and _roll(execution.id, step_name) < 0.15:
+            record(self, step_name, "fail")
+            raise SoakFault(f"injected failure in {step_name}")
+
+    @step
+    def prepare(self) -> None:
+        record(self, "prepare", "start")
+        self._maybe_fail("prepare")
+
+    @step(wait=timedelta(seconds=0.3))
+    def nap(self) -> None:
+        record(self, "nap", "start")
+        execution = self.current_execution
+        if self.id % 4 == 0 and execution is not None and _roll(execution.id, "wait") < 0.5:
+            record(self, "nap", "rewait")
+            self.reattempt(wait=0.1 + _roll(execution.id, "len") * 0.5)
+        self._maybe_fail("nap")
+
+    @step(wait_for="go")
+    def gate(self) -> None:
+        record(self, "gate", "start")
+
+    @step
+    def finish(self) -> None:
+        record(self, "finish", "start")

@@ -42,6 +42,8 @@ from tests.reliability.crash_flows import (
     CrashDbDropWorkflow,
     CrashFinalizeWorkflow,
     CrashManyWorkflow,
+    CrashNapDbWorkflow,
+    CrashNapWorkflow,
     CrashSendWorkflow,
     Ledger,
 )
@@ -227,6 +229,36 @@ def test_database_connection_terminated_mid_step(
     # Only the item in flight when the connection died may run again (it was not checkpointed).
     assert sum(items) <= 13, items
     assert ledger.count(workflow_id, "after", "start") == 1
+    assert_invariants(shared_database.engine, quiescent=True)
+
+
+@pytest.mark.parametrize("flow", [CrashNapWorkflow, CrashNapDbWorkflow])
+def test_database_connections_terminated_while_a_plain_step_runs(
+    embedded: EmbeddedWorkers, shared_database, flow
+) -> None:
+    """CrashNapWorkflow's body holds no connection: finalize gets a fresh one (pre-ping) and
+    commits. CrashNapDbWorkflow's body uses its session's dead connection afterwards: the
+    failure must be recorded at once (the policy reattempts), not left in_progress."""
+    if shared_database.schema is None:
+        pytest.skip("pg_terminate_backend needs PostgreSQL")
+    app_name = f"gd_crash_{uuid.uuid4().hex[:8]}"
+    embedded.start(url=f"{shared_database.url}&application_name={app_name}")
+    workflow_id = create_workflow(flow)
+    wait_until(lambda: embedded.ledger().count(workflow_id, "nap", "start") >= 1, 60, "the nap")
+    with shared_database.engine.begin() as connection:
+        connection.execute(
+            text(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name = :name"
+            ),
+            {"name": app_name},
+        )
+    wait_for_state(workflow_id, "finished", timeout=30)
+    ledger = embedded.ledger()
+    assert ledger.count(workflow_id, "nap", "end") == 1
+    assert ledger.count(workflow_id, "nap", "start") == (1 if flow is CrashNapWorkflow else 2)
+    assert ledger.count(workflow_id, "after", "start") == 1
+    _assert_no_execution_ran_twice(ledger)
     assert_invariants(shared_database.engine, quiescent=True)
 
 
