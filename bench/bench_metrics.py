@@ -166,6 +166,7 @@ def plans(engine: Engine) -> dict[str, str]:
     }
     found = {}
     with engine.connect() as conn:
+        conn.execute(text("SET jit = off"))  # as engine.metrics.collect does
         for name, statement in statements.items():
             compiled = statement.compile(
                 dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}
