@@ -16,7 +16,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app import queries
 from app.auth import DashboardUser
+from app.queries import is_stranded_step
 from engine import states
 from engine.config import settings
 from engine.explain import why_waiting_many
@@ -123,8 +125,6 @@ def _current_by_workflow(session: Session, ids: list[int]) -> dict[int, StepExec
 
 def _badges(workflow: Workflow, current: StepExecution | None, now: datetime) -> list[Badge]:
     badges = [state_badge(workflow.state)]
-    from app.queries import is_stranded_step
-
     if workflow.state == states.WorkflowState.PAUSED and is_stranded_step(
         workflow.type, workflow.next_step_name
     ):
@@ -499,8 +499,6 @@ def _advance(start: Any, execution: StepExecution) -> float | None:
 def workflow_detail(
     session: Session, workflow: Workflow, user: DashboardUser | None
 ) -> WorkflowDetail:
-    from app import queries
-
     now = utcnow()
     executions = queries.executions_of(session, workflow.id)
     signals = queries.signals_of(session, workflow.id)
@@ -551,8 +549,6 @@ class ClassDefinition:
 
 
 def class_definition(session: Session, cls: type[Workflow]) -> ClassDefinition:
-    from app import queries
-
     in_flight = cls.removed_steps_in_flight(session)
     ongoing = queries.ongoing_per_step(session, cls.workflow_name)
     return ClassDefinition(

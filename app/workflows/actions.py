@@ -11,7 +11,7 @@ from typing import Any
 
 from flask import current_app, flash, redirect, request, url_for
 
-from app import operator, presenters, queries
+from app import operator_actions, presenters, queries
 from app.auth import current_user
 from app.extensions import db, session
 from app.htmx import is_htmx, render, with_trigger
@@ -27,7 +27,7 @@ def _actor() -> str:
     return user.name
 
 
-def _respond(workflow_id: int, result: operator.ActionResult) -> Any:
+def _respond(workflow_id: int, result: operator_actions.ActionResult) -> Any:
     if not is_htmx() and result.ok:
         flash(result.message)
         return redirect(url_for("workflows.detail", workflow_id=workflow_id))
@@ -45,7 +45,9 @@ def _respond(workflow_id: int, result: operator.ActionResult) -> Any:
 def _action_view(action: str) -> Any:
     def view(workflow_id: int) -> Any:
         params = {"step": request.form.get("step", "")} if action == "resume_at" else {}
-        return _respond(workflow_id, operator.perform(_actor(), workflow_id, action, params))
+        return _respond(
+            workflow_id, operator_actions.perform(_actor(), workflow_id, action, params)
+        )
 
     view.__name__ = action
     return view
@@ -66,12 +68,12 @@ def signal(workflow_id: int) -> Any:
     key = form.get("idempotency_key", "").strip() or None
     params = {"name": form.get("name", "").strip(), "idempotency_key": key}
     raw_payload = form.get("payload", "")
-    result = operator.perform(
+    result = operator_actions.perform(
         _actor(),
         workflow_id,
         "signal",
         params,
-        prepare=lambda: {"payload": operator.parse_payload(raw_payload)},
+        prepare=lambda: {"payload": operator_actions.parse_payload(raw_payload)},
     )
     back = form.get("back")
     if back == "signals" and result.ok and not is_htmx():
@@ -155,7 +157,9 @@ def bulk() -> Any:
         )
     params = {"step": context["target_step"]} if context["action"] == "resume_at" else {}
     selection = {"filters": context["filters"].as_params(), "scope": context["scope"]}
-    result = operator.perform_bulk(_actor(), context["ids"], context["action"], params, selection)
+    result = operator_actions.perform_bulk(
+        _actor(), context["ids"], context["action"], params, selection
+    )
     message = f"{context['label']}: {result.summary}"
     if not is_htmx():
         flash(message)
