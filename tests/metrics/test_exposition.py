@@ -236,3 +236,32 @@ def test_cache_period_from_the_app_config(geneva_database, geneva_session, count
         metrics.configure_cache(max_age=previous)
         with flask_app.app_context():
             db.engine.dispose()
+
+
+def test_the_overview_page_counts_agree_with_metrics(app, seeded):
+    """The dashboard's overview and /metrics must never tell an operator two stories."""
+    from app import queries
+    from app.extensions import db
+
+    families = scrape(app.test_client())
+
+    def total(name: str) -> float:
+        return sum(samples(families[name]).values())
+
+    with app.test_request_context():
+        overview = queries.overview(db.session)
+    scraped = {
+        (dict(k)["workflow"], dict(k)["state"]): v
+        for k, v in samples(families["geneva_drive_workflows"]).items()
+        if v
+    }
+    shown = {
+        (workflow, state): float(count)
+        for workflow, states in overview.counts.items()
+        for state, count in states.items()
+        if count
+    }
+    assert shown == scraped
+    assert overview.overdue == total("geneva_drive_overdue_step_executions") == 2
+    assert overview.waiting_overdue == total("geneva_drive_waiting_overdue") == 1
+    assert overview.stuck_in_progress == total("geneva_drive_stuck_in_progress") == 1
