@@ -265,3 +265,23 @@ def test_the_overview_page_counts_agree_with_metrics(app, seeded):
     assert overview.overdue == total("geneva_drive_overdue_step_executions") == 2
     assert overview.waiting_overdue == total("geneva_drive_waiting_overdue") == 1
     assert overview.stuck_in_progress == total("geneva_drive_stuck_in_progress") == 1
+
+
+def test_openmetrics_when_prometheus_asks_for_it(app, seeded):
+    from prometheus_client.openmetrics.parser import (
+        text_string_to_metric_families as openmetrics_families,
+    )
+
+    # What Prometheus 2.x sends by default.
+    accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    response = app.test_client().get("/metrics", headers={"Accept": accept})
+    assert response.status_code == 200
+    assert response.content_type.startswith("application/openmetrics-text")
+    families = {f.name: f for f in openmetrics_families(response.get_data(as_text=True))}
+    assert families["geneva_drive_workflows"].type == "gauge"
+    assert families["geneva_drive_step_executions"].type == "counter"
+    overdue = {
+        s.labels["workflow"]: s.value
+        for s in families["geneva_drive_overdue_step_executions"].samples
+    }
+    assert overdue == {"MetricsAlpha": 2, "MetricsBeta": 0, "MetricsGamma": 0}
