@@ -5,6 +5,7 @@ Not a test. Run::
     .venv/bin/python bench/bench_metrics.py                       # seeds once, then measures
     .venv/bin/python bench/bench_metrics.py --reseed --workflows 1000000
     GENEVA_BENCH_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:5432/test ...
+    .venv/bin/python bench/bench_metrics.py --url sqlite:////tmp/bench_metrics.sqlite3   # SQLite
 
 Seeds a dedicated schema (``bench_metrics``; kept between runs, ``--reseed`` rebuilds it) with
 ``generate_series`` in a few statements, then measures:
@@ -18,7 +19,7 @@ Seeds a dedicated schema (``bench_metrics``; kept between runs, ``--reseed`` reb
   (``background_refresh`` is that refresh, measured from the request);
 * SQL statements per scrape (``before_cursor_execute``).
 
-Writes JSON to ``bench/out/bench_metrics.json`` (``GENEVA_BENCH_OUT``) and prints a summary.
+Writes JSON to ``bench/out/bench_metrics_<database>.json`` (``GENEVA_BENCH_OUT``) and prints a summary.
 """
 
 from __future__ import annotations
@@ -100,7 +101,92 @@ FROM geneva_drive_workflows w
 """
 
 
+def _ts(modifier: str = "'+0 seconds'") -> str:
+    """An SQLite timestamp in the engine's stored form (naive UTC, six fraction digits)."""
+    return f"(strftime('%Y-%m-%d %H:%M:%S', 'now', {modifier}) || '.000000')"
+
+
+# The same rows for SQLite (no generate_series, no intervals).
+SQLITE_SEED = [
+    f"""
+    WITH RECURSIVE n(g) AS (SELECT 1 UNION ALL SELECT g + 1 FROM n WHERE g < {{n}})
+    INSERT INTO geneva_drive_workflows
+        (id, type, state, allow_multiple, created_at, updated_at, transitioned_at)
+    SELECT g, 'BenchWorkflow' || (g % {CLASSES}),
+           CASE WHEN g % 1000 < 700 THEN 'finished' WHEN g % 1000 < 750 THEN 'canceled'
+                WHEN g % 1000 < 930 THEN 'ready' WHEN g % 1000 < 980 THEN 'paused'
+                ELSE 'performing' END,
+           0, {_ts("printf('-%d days', g % 90)")}, {_ts("printf('-%d hours', g % 90)")},
+           {_ts("printf('-%d hours', g % 90)")}
+    FROM n
+    """,
+    """
+    INSERT INTO geneva_drive_step_executions
+        (workflow_id, step_name, state, outcome, scheduled_for, started_at, completed_at,
+         finished_at, created_at, updated_at)
+    SELECT w.id, 'step_' || s.s, 'completed', 'success', w.created_at, w.created_at,
+           w.created_at, w.created_at, w.created_at, w.created_at
+    FROM geneva_drive_workflows w, (SELECT 1 AS s UNION ALL SELECT 2) s
+    """,
+    f"""
+    INSERT INTO geneva_drive_step_executions
+        (workflow_id, step_name, state, outcome, scheduled_for, started_at, completed_at,
+         waiting_since, created_at, updated_at)
+    SELECT w.id, 'step_3',
+           CASE WHEN w.state IN ('finished', 'canceled') THEN 'completed'
+                WHEN w.state = 'performing' THEN 'in_progress'
+                WHEN w.state = 'ready' AND w.id % 100 < 5 THEN 'waiting'
+                ELSE 'scheduled' END,
+           CASE WHEN w.state IN ('finished', 'canceled') THEN 'success' END,
+           CASE WHEN w.state = 'ready' AND w.id % 100 = 99
+                     THEN {_ts("printf('-%d seconds', w.id % 600)")}
+                WHEN w.state IN ('ready', 'paused') THEN {_ts("printf('+%d days', w.id % 30)")}
+                ELSE {_ts("'-4 hours'")} END,
+           CASE WHEN w.state = 'performing' AND (w.id / 1000) % 50 = 0 THEN {_ts("'-3 hours'")}
+                WHEN w.state = 'performing' THEN {_ts("'-5 seconds'")}
+                WHEN w.state IN ('finished', 'canceled') THEN w.created_at END,
+           CASE WHEN w.state IN ('finished', 'canceled') THEN w.created_at END,
+           CASE WHEN w.state = 'ready' AND w.id % 100 < 1 THEN {_ts("'-10 days'")}
+                WHEN w.state = 'ready' AND w.id % 100 < 5 THEN {_ts("'-1 hours'")} END,
+           w.created_at, w.created_at
+    FROM geneva_drive_workflows w
+    """,
+]
+
+
+def seed_sqlite(url: str, workflows: int, reseed: bool) -> dict[str, Any]:
+    from sqlalchemy.engine.url import make_url
+
+    path = Path(make_url(url).database or "")
+    if path.exists() and not reseed:
+        engine = db.make_engine(url)
+        with engine.connect() as conn:
+            count = conn.scalar(text("SELECT count(*) FROM geneva_drive_workflows"))
+        engine.dispose()
+        if count == workflows:
+            return {"seeded": False, "workflows": count}
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    engine = db.make_engine(url)
+    Base.metadata.create_all(engine)
+    started = time.perf_counter()
+    with engine.begin() as conn:
+        for statement in SQLITE_SEED:
+            conn.execute(text(statement.replace("{n}", str(workflows))))
+    with engine.connect() as conn:
+        conn.execute(text("ANALYZE"))
+        conn.commit()
+    engine.dispose()
+    return {
+        "seeded": True,
+        "workflows": workflows,
+        "seed_seconds": round(time.perf_counter() - started, 1),
+    }
+
+
 def bench_engine(url: str) -> Engine:
+    if url.startswith("sqlite"):
+        return db.make_engine(url)
     return db.make_engine(url, connect_args={"options": f"-csearch_path={SCHEMA}"})
 
 
@@ -196,7 +282,10 @@ def main() -> int:
         "cpus": os.cpu_count(),
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    result["seed"] = seed(args.url, args.workflows, args.reseed)
+    sqlite = args.url.startswith("sqlite")
+    seeder = seed_sqlite if sqlite else seed
+    result["database"] = "sqlite" if sqlite else "postgresql"
+    result["seed"] = seeder(args.url, args.workflows, args.reseed)
     engine = bench_engine(args.url)
     db.configure(engine=engine)
     with engine.connect() as conn:
@@ -242,7 +331,9 @@ def main() -> int:
         {
             "TESTING": True,
             "SQLALCHEMY_DATABASE_URI": args.url,
-            "SQLALCHEMY_ENGINE_OPTIONS": {"connect_args": {"options": f"-csearch_path={SCHEMA}"}},
+            "SQLALCHEMY_ENGINE_OPTIONS": (
+                {} if sqlite else {"connect_args": {"options": f"-csearch_path={SCHEMA}"}}
+            ),
         }
     )
     client = flask_app.test_client()
@@ -283,11 +374,13 @@ def main() -> int:
     result["scrape_cached"] = summarize(cached)
     result["statements_per_uncached_scrape"] = max(per_scrape)
     result["exposition_bytes"] = max(sizes)
-    result["plans"] = plans(engine)
+    result["plans"] = {} if sqlite else plans(engine)
 
     out = Path(os.environ.get("GENEVA_BENCH_OUT", ROOT / "bench" / "out"))
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench_metrics.json").write_text(json.dumps(result, indent=2, sort_keys=True))
+    (out / f"bench_metrics_{result['database']}.json").write_text(
+        json.dumps(result, indent=2, sort_keys=True)
+    )
     print(json.dumps(result, indent=2, sort_keys=True))
     return 0
 
