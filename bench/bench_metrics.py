@@ -19,7 +19,9 @@ Seeds a dedicated schema (``bench_metrics``; kept between runs, ``--reseed`` reb
   (``background_refresh`` is that refresh, measured from the request);
 * SQL statements per scrape (``before_cursor_execute``).
 
-Writes JSON to ``bench/out/bench_metrics_<database>.json`` (``GENEVA_BENCH_OUT``) and prints a summary.
+Writes JSON to ``bench/results/bench_metrics.json`` (``bench_metrics_sqlite.json`` for SQLite),
+which ``bench/report.py`` renders into ``bench/RESULTS.md``, and prints it. The analysis of
+the numbers is in ``bench/B9_METRICS.md``.
 """
 
 from __future__ import annotations
@@ -376,11 +378,11 @@ def main() -> int:
     result["exposition_bytes"] = max(sizes)
     result["plans"] = {} if sqlite else plans(engine)
 
-    out = Path(os.environ.get("GENEVA_BENCH_OUT", ROOT / "bench" / "out"))
+    # bench/report.py (issue 8) renders B9 into bench/RESULTS.md from this file.
+    out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"bench_metrics_{result['database']}.json").write_text(
-        json.dumps(result, indent=2, sort_keys=True)
-    )
+    name = "bench_metrics_sqlite.json" if sqlite else "bench_metrics.json"
+    (out / name).write_text(json.dumps(result, indent=2, sort_keys=True))
     print(json.dumps(result, indent=2, sort_keys=True))
     return 0
 
