@@ -23,7 +23,7 @@ The workflow count by (type, state) reads every workflow row (or every entry of
 ``index_geneva_drive_workflows_on_type``): exact counts have no shortcut. It is the one query
 that grows with the history kept (``delete_completed_workflows_after`` bounds it); at 1M
 workflows it takes a few hundred milliseconds on PostgreSQL, which is why the cache refreshes
-in the background (``bench/RESULTS.md``).
+in the background (``bench/B9_METRICS.md``).
 
 Definitions (the numbers the alerts in ``docs/prometheus-rules.yml`` fire on):
 
@@ -175,7 +175,7 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
     if session.get_bind().dialect.name == "postgresql":
         # The planner overestimates the overdue rows (history is full of past scheduled_for
         # values), so the queries cross jit_above_cost and compiling them took 0.8 s of a
-        # 1 s refresh at 1M workflows, for queries that then run in ~0.2 s (bench/RESULTS.md).
+        # 1 s refresh at 1M workflows, for queries that then run in ~0.2 s (bench/B9_METRICS.md).
         session.execute(text("SET LOCAL jit = off"))
     states: dict[str, dict[str, int]] = {}
     for workflow_type, state, count in session.execute(_workflow_counts()):
