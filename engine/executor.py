@@ -555,6 +555,15 @@ class Executor:
                     and isinstance(result, Interruption | Completed)
                 ):
                     transition_step(execution, StepState.COMPLETED, Outcome.WORKFLOW_PAUSED)
+                elif (
+                    workflow.state == WorkflowState.PAUSED
+                    and step_def.resumable
+                    and isinstance(result, Captured)
+                ):
+                    # It failed after the pause: keep the error and the last checkpoint, so
+                    # resume() continues from the cursor (as after the pause policy).
+                    write_error(execution, result.error)
+                    transition_step(execution, StepState.FAILED, Outcome.FAILED)
                 else:
                     transition_step(execution, StepState.CANCELED, Outcome.CANCELED)
                 return

@@ -1280,3 +1280,33 @@ def test_reattempt_policy_cap_then_pause_keeps_the_cursor(order):
     speedrun_workflow(wf)
     assert processed == ["a", "b", "c", "c", "c", "c", "d"]
     assert_workflow_state(wf, "finished")
+
+
+def test_a_resumable_step_failing_after_an_operator_pause_keeps_error_and_cursor(order):
+    processed = []
+    holder = {"fail": True}
+
+    class FailAfterPauseFlow(Workflow):
+        @resumable_step
+        def walk(self, it):
+            def work(item):
+                processed.append(item)
+                if item == "c" and holder["fail"]:
+                    holder["fail"] = False
+                    with_other_session(holder["id"], lambda w: w.pause())
+                    raise RuntimeError("broke right after the pause")
+
+            it.iterate_over(["a", "b", "c", "d"], work)
+
+    wf = FailAfterPauseFlow.create(hero=order)
+    holder["id"] = wf.id
+    first = perform_next_step(wf)
+    assert_workflow_state(wf, "paused")
+    wf.session.refresh(first)
+    assert (first.state, first.outcome) == ("failed", "failed")
+    assert first.error_message == "broke right after the pause"
+    assert first.cursor_value == 2
+    successor = wf.resume()
+    assert successor.continues_from_id == first.id
+    speedrun_workflow(wf)
+    assert processed == ["a", "b", "c", "c", "d"]
