@@ -89,18 +89,24 @@ def execute(
     session: Session | None = None,
     interruptible: bool = True,
     max_iterations: int | None = None,
-) -> None:
+    missing_ok: bool = False,
+) -> bool:
     """Run one step execution. Entry point of workers and test helpers.
 
     ``session``: run in this session (test helpers); otherwise a new one is opened and closed.
     ``interruptible=False`` disables resumable interruption checks (test helpers);
     ``max_iterations`` overrides the step's own value (``run_iterations``).
     Re-raises the step's exception after its outcome is committed.
+
+    Returns False, having done nothing, when the execution does not exist (logged as a warning,
+    or only at debug level with ``missing_ok``: the Celery task retries then warns itself).
     """
     own = session is None
     active = session if session is not None else db.new_session()
     try:
-        Executor(active, step_execution_id, interruptible, max_iterations).run()
+        executor = Executor(active, step_execution_id, interruptible, max_iterations)
+        executor.missing_ok = missing_ok
+        return executor.run()
     finally:
         if own:
             active.close()
@@ -213,6 +219,8 @@ class Executor:
         self.step_def: StepDefinition | None = None
         #: The step that ran, once finalize has cleared ``current_step_name``.
         self.current: str | None = None
+        #: A missing execution is logged at debug level only (the caller retries and warns).
+        self.missing_ok = False
 
     # --- locking -----------------------------------------------------------------------
 
@@ -261,13 +269,17 @@ class Executor:
 
     # --- the three phases ----------------------------------------------------------------
 
-    def run(self) -> None:
+    def run(self) -> bool:
+        """Run the three phases; False when the execution does not exist (nothing done)."""
         try:
             locked = self._lock()
             if locked is None:
                 self.session.rollback()
-                self.log.warning("step execution not found; nothing to do")
-                return
+                if self.missing_ok:
+                    self.log.debug("step execution not found")
+                else:
+                    self.log.warning("step execution not found; nothing to do")
+                return False
             workflow, execution = locked
             self.log = ContextAdapter(
                 log,
@@ -288,7 +300,7 @@ class Executor:
         if self.error is not None:
             raise self.error
         if prepared is None:
-            return
+            return True
         step_def, signal = prepared
 
         result = self.run_body(workflow, execution, step_def, signal)
@@ -306,6 +318,7 @@ class Executor:
             raise
         if self.error is not None:
             raise self.error
+        return True
 
     # --- phase 1 ---------------------------------------------------------------------------
 
