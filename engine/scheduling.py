@@ -231,6 +231,10 @@ def create_successor_execution(
 
 
 def finish_workflow(session: Session, workflow: Workflow) -> None:
+    # A finished workflow keeps no live execution. Normally the one that ran is closed already;
+    # an operator skip of a paused workflow's last step leaves the preserved scheduled or
+    # parked execution, which the next create would sweep - there is no next create here.
+    cancel_stray_executions(session, workflow)
     workflow.state = WorkflowState.FINISHED
     workflow.transitioned_at = utcnow()
     workflow.current_step_name = None

@@ -14,7 +14,7 @@ import random
 import re
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
@@ -312,13 +312,14 @@ def _record(figures: Figures) -> None:
             "`GENEVA_SOAK_RECORD=1` updates the lines below). Two embedded worker processes "
             f"(`geneva-drive worker --concurrency {CONCURRENCY}`), one of them SIGKILLed and "
             "replaced every 4-8 s; the test process creates workflows (a backlog of "
-            f"{BACKLOG}), delivers signals (a third of them repeating an idempotency key), "
+            f"{BACKLOG}), delivers signals (half of the keyed ones twice, as a retried "
+            "webhook would), "
             "pauses, resumes, skips, cancels, reattempts and resumes-at at random, and runs "
             "housekeeping every second; steps fail 15% of the time (reattempt policy, pause "
             "after 5) and a quarter of the workflows take random reattempt waits. Then it "
             "settles (resumes what is paused, signals what waits), stops the workers and runs "
             "the invariant checker (tests/reliability/invariants.py) plus the body-run ledger "
-            "(no execution row ran its body twice).\n"
+            "(no execution row ran its body twice).\n\n"
         )
     lines = text.split("\n")
     start = lines.index(header)
@@ -329,7 +330,8 @@ def _record(figures: Figures) -> None:
     section += [entry, ""]
     path.write_text("\n".join(lines[:start] + section + lines[end:]).rstrip("\n") + "\n")
     (ROOT / "bench" / "out").mkdir(exist_ok=True)
-    payload = asdict(figures) | {"line": figures.line()}
+    payload = {**vars(figures), "operator_actions": dict(figures.operator_actions)}
+    payload["line"] = figures.line()
     (ROOT / "bench" / "out" / f"soak-{figures.backend.lower()}.json").write_text(
         json.dumps(payload, indent=2, default=str)
     )
