@@ -12,13 +12,14 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from flask import abort
 
 from app.errors import REFUSALS, status_for
 from app.extensions import db
-from engine.models import OperatorAction
+from engine.models import OperatorAction, utcnow
 from engine.serialization import compact_size, to_json_value
 from engine.workflow import Workflow
 
@@ -136,8 +137,10 @@ def _record(
     to_state: str | None,
     result: str,
     message: str,
+    at: datetime | None = None,
 ) -> OperatorAction:
     row = OperatorAction(
+        created_at=at or utcnow(),
         actor=actor,
         action=action,
         workflow_id=workflow_id,
@@ -170,6 +173,9 @@ def perform(
     if workflow is None:
         abort(404, description=f"Workflow #{workflow_id} does not exist.")
     from_state = workflow.state
+    # Stamped with the time the action began, so in the timeline it precedes what it caused
+    # (the execution resume_at creates, the step skip cancels).
+    began = utcnow()
     audit_params = {**params, **(audit_extra or {})}
     try:
         if prepare is not None:
@@ -178,7 +184,9 @@ def perform(
         message = ACTIONS[action](workflow, params)
         db.session.flush()
         to_state = workflow.state
-        _record(actor, action, workflow_id, audit_params, from_state, to_state, "ok", message)
+        _record(
+            actor, action, workflow_id, audit_params, from_state, to_state, "ok", message, began
+        )
         db.session.commit()
     except REFUSALS as exc:
         db.session.rollback()

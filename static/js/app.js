@@ -32,6 +32,14 @@
     if (!elt || !elt.hasAttribute || !elt.hasAttribute("data-poll")) return;
     if (document.visibilityState !== "visible" || busy(elt)) evt.preventDefault();
   });
+  // A poll already in flight when the operator started editing must not land on their input.
+  // (detail.elt is the swap target here; the element that asked is requestConfig.elt.)
+  document.addEventListener("htmx:beforeSwap", function (evt) {
+    var source = evt.detail.requestConfig && evt.detail.requestConfig.elt;
+    if (source && source.hasAttribute && source.hasAttribute("data-poll") && busy(source)) {
+      evt.detail.shouldSwap = false;
+    }
+  });
 
   // Confirmation dialogs: hx-confirm opens a <dialog> whose confirm button repeats the
   // action's label (data-confirm-label), instead of the browser's OK/Cancel box.

@@ -244,3 +244,13 @@ def test_bulk_refuses_a_selection_over_the_cap(app_factory, make_workflow, genev
 def test_bulk_without_a_selection_or_with_an_unknown_action_is_400(operator_client):
     assert post(operator_client, "/workflows/bulk", {"action": "pause"}).status_code == 400
     assert post(operator_client, "/workflows/bulk", {"action": "explode"}).status_code == 400
+
+
+def test_the_action_precedes_what_it_caused_in_the_timeline(operator_client, make_workflow):
+    wf = make_workflow(run=True)
+    post(operator_client, f"/workflows/{wf.id}/resume_at", {"step": "ship"})
+    html = operator_client.get(f"/workflows/{wf.id}").get_data(as_text=True)
+    timeline = html.split('id="timeline"', 1)[1]
+    assert timeline.index("<strong>Resume at</strong> by olga") < timeline.index(
+        "<strong><code>ship</code></strong>"
+    )
