@@ -57,7 +57,7 @@ def main() -> int:
     parser.add_argument("--reseed", action="store_true")
     parser.add_argument("--drop", action="store_true")
     args = parser.parse_args()
-    runs = 15 if args.quick else 50
+    runs = 15 if args.quick else 30
     res: dict[str, Any] = {"env": env_info(), "runs": runs, "seed": ensure_seed(args.reseed)}
     from app import create_app
 

@@ -1,0 +1,305 @@
+# ruff: noqa: RUF001
+"""Render bench/RESULTS.md from the JSON results of one bench/run.py run (bench/out/)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from common import BENCH, read_result
+
+
+def g(d: Any, path: str, default: Any = None) -> Any:
+    for key in path.split("."):
+        if not isinstance(d, dict) or key not in d:
+            return default
+        d = d[key]
+    return d
+
+
+def f(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int | float):
+        if abs(v) >= 100:
+            return f"{v:,.0f}"
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def ratio(a: Any, b: Any) -> str:
+    if not isinstance(a, int | float) or not isinstance(b, int | float) or not b:
+        return "–"
+    return f"{a / b:.2f}×"
+
+
+def verdict(ok: bool | None) -> str:
+    return "–" if ok is None else ("**met**" if ok else "**not met**")
+
+
+def le(a: Any, b: Any) -> bool | None:
+    if not isinstance(a, int | float) or not isinstance(b, int | float):
+        return None
+    return a <= b
+
+
+def ge(a: Any, b: Any) -> bool | None:
+    if not isinstance(a, int | float) or not isinstance(b, int | float):
+        return None
+    return a >= b
+
+
+def status(meta: dict[str, Any], step: str) -> str:
+    s = g(meta, f"steps.{step}")
+    if s is None:
+        return "not run in this run"
+    text = f"{s['status']}, {s.get('elapsed_s', '?')} s, load {s.get('loadavg_1m_start')}→{s.get('loadavg_1m_end')}"
+    if s.get("reason"):
+        text += f" ({s['reason']})"
+    return text
+
+
+def render() -> str:
+    meta = read_result("run_meta") or {}
+    raw = read_result("raw_floor") or {}
+    b1 = read_result("b1") or {}
+    dsq = read_result("dbos_sqlite-wal-normal") or {}
+    dpg = read_result("dbos_postgres") or {}
+    cp = read_result("celery_peer") or {}
+    esq = read_result("engine_celery_sqlite") or {}
+    epg = read_result("engine_celery_postgres") or {}
+    emb = read_result("engine_embedded") or {}
+    b7 = read_result("b7_housekeeping") or {}
+    b8 = read_result("b8_dashboard") or {}
+    b9_path = BENCH / "results" / "bench_metrics.json"
+    b9 = json.loads(b9_path.read_text()) if b9_path.exists() else {}
+    env = meta.get("env", {})
+    lines: list[str] = []
+    w = lines.append
+    w("# Benchmark results (issue 8)")
+    w("")
+    w(f"Command: `{meta.get('command', '?')}` — started {meta.get('started', '?')}, finished "
+      f"{meta.get('finished', '?')}; {'quick' if meta.get('quick') else 'full'} mode.")  # fmt: skip
+    w("")
+    w(f"Machine: {env.get('cpus')} vCPU shared with other engineers' test runs (1-minute load "
+      f"average {f(env.get('loadavg', [None])[0])} at the start; per scenario below). Python "
+      f"{env.get('python')}, SQLAlchemy {env.get('sqlalchemy')}, Celery {env.get('celery')}, "
+      f"psycopg {env.get('psycopg')}, DBOS {dsq.get('dbos_version') or dpg.get('dbos_version') or '–'}. "
+      "PostgreSQL 15 and Redis 7 on 127.0.0.1.")  # fmt: skip
+    w("")
+    w("**Read the ratios, not the absolute times.** Every peer ran in the same run, minutes "
+      "apart from our scenario, on the same database and broker. On this machine, shared with "
+      "other engineers' test suites (load average 2–10 on 2 cores during the run), absolute "
+      "latencies are several times the unloaded figures of `reference/performance-anchors.md` "
+      "(raw SQLite step 0.21 ms, Celery hop 1.6 ms, PostgreSQL step 1.95 ms there).")  # fmt: skip
+    w("")
+
+    # ---- B1 / B10 / B4 (SQLite)
+    w("## B1 — engine bookkeeping per step, in-process, SQLite (WAL, synchronous=NORMAL)")
+    w("")
+    w(f"Status: {status(meta, 'b1')}; DBOS peer: {status(meta, 'dbos-sqlite')}.")
+    w("")
+    raw_sq = g(raw, "sqlite_wal_normal.ms_per_step")
+    w("| | ms/step (3-step workflows, creation included) | marginal ms/step (10- vs 3-step slope) | steps/s | statements/step | commits/step |")
+    w("|---|---:|---:|---:|---:|---:|")
+    w(f"| **GenevaDrive** (median of {b1.get('repeats', '?')}) | {f(b1.get('ms_per_step'))} | {f(b1.get('marginal_ms_per_step'))} | "
+      f"{f(b1.get('steps_per_s'))} | {f(b1.get('statements_per_step'))} | {f(b1.get('commits_per_step'))} |")  # fmt: skip
+    w(f"| raw floor, same run as B1 (3 tx, 5 rows, Core) | {f(b1.get('raw_ms_per_step'))} | – | "
+      f"{f(1000 / b1['raw_ms_per_step']) if b1.get('raw_ms_per_step') else '–'} | 5 | 3 |")  # fmt: skip
+    w(f"| raw floor, raw_floor.py | {f(raw_sq)} | – | {f(g(raw, 'sqlite_wal_normal.steps_per_s'))} | 5 | 3 |")
+    w(f"| DBOS 3.4, SQLite WAL + synchronous=NORMAL | {f(dsq.get('ms_per_step_wf3_total'))} | "
+      f"{f(dsq.get('marginal_ms_per_step'))} | {f(g(dsq, 'seq_wf3.steps_per_s'))} | "
+      f"{f(g(dsq, 'sql_per_step.statements'))} | {f(g(dsq, 'sql_per_step.commits'))} |")  # fmt: skip
+    w("")
+    eng_vs_raw = b1.get("engine_vs_raw")
+    w(f"- Engine/raw floor (B10's figure): **{f(eng_vs_raw, 3)}** (runs: {b1.get('engine_vs_raw_all', '–')}); "
+      f"B10 fails below 0.15.")  # fmt: skip
+    dbos_ms = dsq.get("ms_per_step_wf3_total")
+    w(f"- Engine vs DBOS on the same SQLite (B4): DBOS ms/step ÷ ours = **{ratio(dbos_ms, b1.get('ms_per_step'))}** "
+      f"(≥ 1 means we are at least as fast); marginal: {ratio(dsq.get('marginal_ms_per_step'), b1.get('marginal_ms_per_step'))}.")  # fmt: skip
+    if raw_sq and b1.get("ms_per_step") and b1.get("raw_ms_per_step"):
+        scaled = b1["ms_per_step"] * 0.205 / b1["raw_ms_per_step"]
+        w(f"- Target ≤ 1.2 ms/step: measured {f(b1['ms_per_step'])} ms on this loaded machine. Scaled to "
+          f"the unloaded reference machine by the raw floor of the same run (0.205 ms there): "
+          f"**≈ {f(scaled)} ms/step** — {verdict(scaled <= 1.2)} on that basis; the "
+          f"DBOS comparison above is the load-independent form of the same target.")  # fmt: skip
+    w("")
+
+    # ---- B2/B3 + B4 throughput
+    w("## B2/B3 — through a real Celery worker (prefork -c 2) + Redis; and the embedded default")
+    w("")
+    w(f"Status: SQLite {status(meta, 'engine-sqlite')}; PostgreSQL {status(meta, 'engine-pg')}; "
+      f"embedded {status(meta, 'embedded')}; raw Celery {status(meta, 'celery-peer')}; "
+      f"DBOS on PostgreSQL {status(meta, 'dbos-pg')}.")  # fmt: skip
+    w("")
+    chop = g(cp, "chain_hop_unloaded.p50_ms")
+    w("| | hop p50 ms (unloaded) | hop p99 ms | create→first step p50 ms | burst steps/s | hop p50 under burst ms |")
+    w("|---|---:|---:|---:|---:|---:|")
+    for label, d in (("**GenevaDrive, SQLite + Redis** (B2)", esq), ("**GenevaDrive, PostgreSQL + Redis** (B3)", epg)):
+        w(f"| {label} | {f(g(d, 'hops.unloaded_hop.p50_ms'))} | {f(g(d, 'hops.unloaded_hop.p99_ms'))} | "
+          f"{f(g(d, 'hops.unloaded_create_commit_to_first_step.p50_ms'))} | {f(g(d, 'hops.burst.steps_per_s'))} | "
+          f"{f(g(d, 'hops.burst.hop_under_load.p50_ms'))} |")  # fmt: skip
+    w(f"| **GenevaDrive, embedded default** (`geneva-drive up` worker, SQLite) | {f(g(emb, 'unloaded_hop.p50_ms'))} | "
+      f"{f(g(emb, 'unloaded_hop.p99_ms'))} | {f(g(emb, 'unloaded_create_commit_to_first_step.p50_ms'))} | "
+      f"{f(g(emb, 'burst.steps_per_s'))} | {f(g(emb, 'burst.hop_under_load.p50_ms'))} |")  # fmt: skip
+    w(f"| raw Celery + Redis, 3-task chain (same worker settings) | {f(chop)} | {f(g(cp, 'chain_hop_unloaded.p99_ms'))} | "
+      f"{f(g(cp, 'single_enqueue_to_start.p50_ms'))} (enqueue→start) | {f(g(cp, 'chain_burst.tasks_per_s'))} | "
+      f"{f(g(cp, 'chain_burst.hop_under_load.p50_ms'))} |")  # fmt: skip
+    w(f"| DBOS, PostgreSQL, queue (50 ms polling) | – | – | {f(g(dpg, 'queue_unloaded_enqueue_to_start.p50_ms'))} (enqueue→start) | "
+      f"{f(g(dpg, 'queue_burst.steps_per_s'))} | – |")  # fmt: skip
+    w(f"| DBOS, PostgreSQL, sequential in-process | – | – | – | {f(g(dpg, 'seq_wf3.steps_per_s'))} | – |")
+    w(f"| raw PostgreSQL floor (3 tx, 5 rows): 1 connection / 4 writers | – | – | – | "
+      f"{f(g(raw, 'postgres.one_connection.steps_per_s'))} / {f(g(raw, 'postgres.four_writers.steps_per_s'))} | – |")  # fmt: skip
+    w("")
+    pg_hop = g(epg, "hops.unloaded_hop.p50_ms")
+    pg_sps = g(epg, "hops.burst.steps_per_s")
+    dbos_pg_sps = max([v for v in (g(dpg, "queue_burst.steps_per_s"), g(dpg, "seq_wf3.steps_per_s")) if isinstance(v, int | float)] or [0]) or None
+    dbos_e2s = g(dpg, "queue_unloaded_enqueue_to_start.p50_ms")
+    w("Targets:")
+    w("")
+    w("| target | measured | verdict |")
+    w("|---|---|---|")
+    w(f"| B3 steps/s ≥ 2× DBOS on PostgreSQL (DBOS's better mode) | {f(pg_sps)} vs {f(dbos_pg_sps)} = {ratio(pg_sps, dbos_pg_sps)} | {verdict(ge(pg_sps, 2 * dbos_pg_sps) if dbos_pg_sps else None)} |")
+    w(f"| B3 hop p50 ≤ 3× raw Celery hop | {f(pg_hop)} ms vs {f(chop)} ms = {ratio(pg_hop, chop)} | {verdict(le(pg_hop, 3 * chop) if chop else None)} |")
+    w(f"| B3 hop p50 ≤ ⅕ of DBOS enqueue→start | {f(pg_hop)} ms vs {f(dbos_e2s)} ms = {ratio(pg_hop, dbos_e2s)} | {verdict(le(pg_hop, dbos_e2s / 5) if dbos_e2s else None)} |")
+    w(f"| B2 hop p50 ≤ 3× raw Celery hop (SQLite) | {f(g(esq, 'hops.unloaded_hop.p50_ms'))} ms = {ratio(g(esq, 'hops.unloaded_hop.p50_ms'), chop)} | {verdict(le(g(esq, 'hops.unloaded_hop.p50_ms'), 3 * chop) if chop else None)} |")
+    w(f"| Embedded hop p50 < 100 ms | {f(g(emb, 'unloaded_hop.p50_ms'))} ms | {verdict(le(g(emb, 'unloaded_hop.p50_ms'), 100))} |")
+    w(f"| Embedded ≥ 100 steps/s | {f(g(emb, 'burst.steps_per_s'))} | {verdict(ge(g(emb, 'burst.steps_per_s'), 100))} |")
+    w("")
+
+    # ---- B5
+    w("## B5 — signal commit → woken step body start (Redis)")
+    w("")
+    w("| | sequential p50 / p99 ms | 200 concurrent waiters p50 / p99 ms | raw Celery enqueue→start p50 |")
+    w("|---|---:|---:|---:|")
+    for label, d in (("PostgreSQL + Redis", epg), ("SQLite + Redis", esq)):
+        w(f"| {label} | {f(g(d, 'signals.sequential.p50_ms'))} / {f(g(d, 'signals.sequential.p99_ms'))} | "
+          f"{f(g(d, 'signals.concurrent.p50_ms'))} / {f(g(d, 'signals.concurrent.p99_ms'))} "
+          f"(n={g(d, 'signals.concurrent_waiters', '–')}) | {f(g(cp, 'single_enqueue_to_start.p50_ms'))} |")  # fmt: skip
+    s50 = g(epg, "signals.sequential.p50_ms")
+    s99 = g(epg, "signals.sequential.p99_ms")
+    w("")
+    w(f"Target p50 ≤ 5 ms, p99 ≤ 20 ms: {verdict(le(s50, 5) and le(s99, 20) if s50 is not None else None)} in absolute terms; "
+      f"relative to the raw Celery enqueue→start of the same run (the floor, plus the signal's own transaction): "
+      f"{ratio(s50, g(cp, 'single_enqueue_to_start.p50_ms'))}.")  # fmt: skip
+    w("")
+
+    # ---- B6
+    d6 = g(epg, "delayed") or {}
+    w("## B6 — 10,000 steps scheduled 1 min to 7 days ahead, worker restarts (PostgreSQL + Redis)")
+    w("")
+    if d6 and not d6.get("error"):
+        rss_b = g(d6, "worker_rss_kb_before_create.main_kb")
+        rss_p = g(d6, "worker_rss_kb_while_parked.main_kb")
+        w("| measure | value |")
+        w("|---|---|")
+        w(f"| steps scheduled ahead | {d6.get('steps')} (messages sent before due: {f(d6.get('sent_at_commit_before_due'))}; Redis queue length while parked: {d6.get('redis_queue_len_while_parked')}) |")
+        w(f"| worker main-process RSS before → while parked | {f(rss_b)} → {f(rss_p)} KB (Δ {d6.get('worker_main_rss_growth_parked_kb')} KB; children {f(g(d6, 'worker_rss_kb_before_create.children_kb'))} → {f(g(d6, 'worker_rss_kb_while_parked.children_kb'))} KB) |")
+        w(f"| brought due by time travel, over | {d6.get('brought_due')} steps over {d6.get('time_travel_window_s')} s, worker restarted {d6.get('worker_restarts')}× meanwhile |")
+        w(f"| ran / duplicates / due but never ran / ran early / not-due that ran | {d6.get('ran')} / **{d6.get('duplicates')}** / {d6.get('due_never_ran')} / {d6.get('ran_early')} / {d6.get('not_due_ran')} |")
+        w(f"| dispatch lag (sent_at − scheduled_for) p50 / p99 / max | {f(g(d6, 'dispatch_lag_sent_minus_due.p50_ms'))} / {f(g(d6, 'dispatch_lag_sent_minus_due.p99_ms'))} / {f(g(d6, 'dispatch_lag_sent_minus_due.max_ms'))} ms (dispatcher period {d6.get('dispatch_period_s')} s) |")
+        w(f"| body start − scheduled_for p50 / p99 | {f(g(d6, 'start_lag_body_start_minus_due.p50_ms'))} / {f(g(d6, 'start_lag_body_start_minus_due.p99_ms'))} ms |")
+        w(f"| worker RSS after the run (main / children) | {f(g(d6, 'worker_rss_kb_after_run.main_kb'))} / {f(g(d6, 'worker_rss_kb_after_run.children_kb'))} KB |")
+        lag99 = g(d6, "dispatch_lag_sent_minus_due.p99_ms")
+        period_ms = (d6.get("dispatch_period_s") or 1) * 1000
+        growth = d6.get("worker_main_rss_growth_parked_kb")
+        w("")
+        w(f"Targets: RSS flat < 5 MB {verdict(le(growth, 5120) if growth is not None else None)}; zero duplicates "
+          f"{verdict(d6.get('duplicates') == 0)}; dispatch lag p99 ≤ period + 50 ms "
+          f"{verdict(le(lag99, period_ms + 50))}. Peer: Celery ETA holds ≈ 9 KB per scheduled task in worker "
+          f"RAM and re-runs it when the countdown outlives Redis' visibility timeout (reference, reproduced "
+          f"on Celery 5.7); the engine keeps the schedule in the table, so nothing scales with the backlog.")  # fmt: skip
+    else:
+        w(f"Not measured: {d6.get('error') or status(meta, 'engine-pg')}.")
+    w("")
+
+    # ---- B7
+    w("## B7 — housekeeping over 1,000,000 step executions (PostgreSQL), hop latency meanwhile")
+    w("")
+    if b7:
+        w(f"Status: {status(meta, 'b7')}. Seeded {f(b7.get('executions_to_delete'))} finished step executions "
+          f"({f(b7.get('workflows_to_delete'))} workflows) + {f(b7.get('ongoing_workflows'))} ongoing in {b7.get('seed_s')} s "
+          f"(INSERT … SELECT generate_series).")  # fmt: skip
+        w("")
+        w("| measure | value |")
+        w("|---|---|")
+        w(f"| rows deleted (executions + workflows) | {f(b7.get('rows_deleted'))} in {b7.get('elapsed_s')} s = **{f(b7.get('rows_per_s'))} rows/s** ({f(b7.get('step_executions_per_s'))} executions/s) |")
+        w(f"| batch transaction (batch size {b7.get('batch_size')}) p50 / p99 / max | {f(g(b7, 'batch_transaction.p50_ms'))} / {f(g(b7, 'batch_transaction.p99_ms'))} / {f(g(b7, 'batch_transaction.max_ms'))} ms |")
+        w(f"| hop p50 / p99 before | {f(g(b7, 'hop_before.p50_ms'))} / {f(g(b7, 'hop_before.p99_ms'))} ms |")
+        w(f"| hop p50 / p99 during | {f(g(b7, 'hop_during.p50_ms'))} / {f(g(b7, 'hop_during.p99_ms'))} ms ({ratio(g(b7, 'hop_during.p99_ms'), g(b7, 'hop_before.p99_ms'))} of before) |")
+        w(f"| ongoing workflows left untouched | {b7.get('ongoing_left')} of {b7.get('ongoing_workflows')} |")
+        w("")
+        w(f"Targets: ≥ 60,000 rows/s {verdict(ge(b7.get('rows_per_s'), 60000))}; batches ≤ 150 ms "
+          f"{verdict(le(g(b7, 'batch_transaction.p99_ms'), 150))}; hop p99 at most doubled "
+          f"{verdict(le(g(b7, 'hop_during.p99_ms'), 2 * (g(b7, 'hop_before.p99_ms') or 0)))}.")  # fmt: skip
+    else:
+        w(f"Not measured: {status(meta, 'b7')}.")
+    w("")
+
+    # ---- B8
+    w("## B8 — dashboard at 1,000,000 workflows + 3,000,000 step executions (PostgreSQL)")
+    w("")
+    if b8.get("cases"):
+        w(f"Status: {status(meta, 'b8')}. Rows: {g(b8, 'rows.workflows')} workflows, {g(b8, 'rows.step_executions')} executions; "
+          f"Flask test client, {b8.get('runs')} requests per case, server time.")  # fmt: skip
+        w("")
+        w("| page | partial p50 / p99 ms | statements | DB ms p50 | full page p50 ms |")
+        w("|---|---:|---:|---:|---:|")
+        for name, case in b8["cases"].items():
+            if "skipped" in case:
+                w(f"| {name} | {case['skipped']} | | | |")
+                continue
+            p = case.get("partial", {})
+            w(f"| {name} | {f(p.get('p50_ms'))} / {f(p.get('p99_ms'))} | {f(p.get('statements'))} | {f(p.get('db_ms_p50'))} | {f(g(case, 'full.p50_ms'))} |")
+        w("")
+        first = g(b8, "cases.none page 1.partial.p50_ms")
+        first99 = g(b8, "cases.none page 1.partial.p99_ms")
+        deep = b8.get("deep_over_first_p50", {})
+        w(f"Targets: partial p50 ≤ 30 ms {verdict(le(first, 30))} (first page {f(first)} ms), p99 ≤ 100 ms "
+          f"{verdict(le(first99, 100))}, deep page ≤ 1.5× first {verdict(all(v <= 1.5 for v in deep.values()) if deep else None)} "
+          f"(deep/first p50: {deep}).")  # fmt: skip
+    else:
+        w(f"Not measured: {status(meta, 'b8')}.")
+    w("")
+
+    # ---- B9
+    w("## B9 — /metrics at the same scale")
+    w("")
+    if b9:
+        w(f"Status: {status(meta, 'b9')} (bench/bench_metrics.py, results in bench/results/bench_metrics.json).")
+        w("")
+        w("| measure | p50 / p99 ms |")
+        w("|---|---:|")
+        for key in ("scrape_cached", "scrape_stale_while_revalidate", "scrape_uncached", "collect", "background_refresh"):
+            if key in b9:
+                w(f"| {key} | {f(g(b9, key + '.p50_ms'))} / {f(g(b9, key + '.p99_ms'))} |")
+        w(f"| SQL statements per uncached scrape | {b9.get('statements_per_uncached_scrape')} |")
+        w("")
+        served = g(b9, "scrape_stale_while_revalidate.p50_ms")
+        w(f"Targets: ≤ 50 ms p50 for the scrape as served (stale-while-revalidate) {verdict(le(served, 50))}; "
+          f"≤ 5 aggregate queries per scrape {verdict(le(b9.get('statements_per_uncached_scrape'), 5))}. "
+          f"The uncached collection itself takes {f(g(b9, 'collect.p50_ms'))} ms p50 at this scale and runs in one "
+          f"background thread, never in the request.")  # fmt: skip
+    else:
+        w(f"Not measured: {status(meta, 'b9')}.")
+    w("")
+
+    # ---- B10
+    w("## B10 — regression guard")
+    w("")
+    w("`scripts/test` runs `bench/b1_engine_sqlite.py --workflows 100 --repeats 3 --min-ratio 0.15` after the "
+      "test suites: the raw 3-transaction floor and the engine alternate three times in the same process, "
+      "and the median engine/raw ratio must stay ≥ 0.15. This run's ratio: "
+      f"**{f(eng_vs_raw, 3)}**.")  # fmt: skip
+    w("")
+    notes = BENCH / "NOTES.md"
+    if notes.exists():
+        w(notes.read_text().rstrip())
+        w("")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    (BENCH / "RESULTS.md").write_text(render())

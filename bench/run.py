@@ -1,0 +1,143 @@
+"""Issue 8: every benchmark scenario for our engine and its peers in one run -> bench/RESULTS.md.
+
+    .venv/bin/python bench/run.py            # full run (~45 min on a loaded 2-core machine)
+    .venv/bin/python bench/run.py --quick    # small N everywhere (~10 min)
+    .venv/bin/python bench/run.py --only b1,raw --quick
+    .venv/bin/python bench/run.py --render   # re-render RESULTS.md from bench/out/*.json
+
+Uses PostgreSQL (postgresql+psycopg://postgres@127.0.0.1:5432/test; schemas geneva_bench*,
+dropped afterwards; B8/B9 share the kept ``bench_metrics`` schema seeded by
+bench/bench_metrics.py) and Redis 127.0.0.1:6379 database 14. DBOS runs in its own venv
+(bench/.venv-peers, created here with ``pip install dbos``) to keep its dependencies out of
+the project's. Each scenario is a subprocess with a time limit; a failing one is recorded
+and the run goes on. Peers run in the same run, between our scenarios, so ratios compare
+like with like on a machine whose load changes by the minute.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from common import OUT, PY, ROOT, env_info, read_result  # noqa: E402
+
+PEERS_VENV = BENCH / ".venv-peers"
+PEERS_PY = PEERS_VENV / "bin" / "python"
+
+
+def ensure_peers_venv() -> str | None:
+    """Create bench/.venv-peers with dbos; None when usable, else the reason it is not."""
+    if PEERS_PY.exists():
+        ok = subprocess.run([str(PEERS_PY), "-c", "import dbos"], capture_output=True)
+        if ok.returncode == 0:
+            return None
+    made = subprocess.run([PY, "-m", "venv", "--clear", str(PEERS_VENV)], capture_output=True, text=True)
+    if made.returncode != 0:
+        return f"python -m venv failed: {made.stderr.strip()[-400:]}"
+    pip = subprocess.run(
+        [str(PEERS_PY), "-m", "pip", "install", "-q", "dbos", "psycopg[binary]"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if pip.returncode != 0:
+        return f"pip install dbos failed: {pip.stderr.strip()[-600:]}"
+    return None
+
+
+def steps(quick: bool) -> list[tuple[str, list[str], int]]:
+    q = ["--quick"] if quick else []
+    py = [PY]
+    peers = [str(PEERS_PY)]
+    return [
+        ("raw", [*py, "bench/raw_floor.py", "--n", "500" if quick else "1000"], 600),
+        ("b1", [*py, "bench/b1_engine_sqlite.py", "--workflows", "100" if quick else "300",
+                "--repeats", "1" if quick else "3", "--json", str(OUT / "b1.json")], 900),
+        ("dbos-sqlite", [*peers, "bench/dbos_peer.py", "--backend", "sqlite-wal", "--sync-normal",
+                         "--n", "100" if quick else "300"], 900),
+        ("celery-peer", [*py, "bench/celery_peer.py", *q], 600),
+        ("engine-sqlite", [*py, "bench/engine_celery.py", "--backend", "sqlite",
+                           "--scenarios", "hops,signals", *q], 1200),
+        ("dbos-pg", [*peers, "bench/dbos_peer.py", "--backend", "postgres",
+                     "--n", "100" if quick else "150"], 900),
+        ("engine-pg", [*py, "bench/engine_celery.py", "--backend", "postgres",
+                       "--scenarios", "hops,signals,delayed", *q], 1800),
+        ("embedded", [*py, "bench/engine_embedded.py", *q], 600),
+        ("b7", [*py, "bench/b7_housekeeping.py", *q], 1800),
+        ("b8", [*py, "bench/b8_dashboard.py", *q], 1800),
+        ("b9", [*py, "bench/bench_metrics.py", "--runs", "5" if quick else "10"], 1800),
+    ]  # fmt: skip
+
+
+def run_steps(selected: list[tuple[str, list[str], int]], meta: dict[str, Any]) -> None:
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{BENCH}")
+    for name, cmd, limit in selected:
+        if name.startswith("dbos") and meta.get("dbos_unavailable"):
+            meta["steps"][name] = {"status": "not run", "reason": meta["dbos_unavailable"]}
+            continue
+        print(f"== {name}: {' '.join(cmd)}", file=sys.stderr, flush=True)
+        t0 = time.time()
+        load0 = os.getloadavg()[0]
+        try:
+            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
+            status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
+            tail = (proc.stderr or "")[-1500:]
+        except subprocess.TimeoutExpired as exc:
+            status = f"timeout after {limit} s"
+            tail = (exc.stderr or b"").decode(errors="replace")[-1500:] if isinstance(exc.stderr, bytes) else str(exc.stderr or "")[-1500:]
+        meta["steps"][name] = {
+            "status": status,
+            "elapsed_s": round(time.time() - t0, 1),
+            "loadavg_1m_start": round(load0, 2),
+            "loadavg_1m_end": round(os.getloadavg()[0], 2),
+            "stderr_tail": tail if status != "ok" else "",
+        }
+        print(f"   {status} in {meta['steps'][name]['elapsed_s']} s", file=sys.stderr, flush=True)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", default="")
+    parser.add_argument("--render", action="store_true", help="only re-render RESULTS.md")
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    if not args.render:
+        command = " ".join(["bench/run.py", *sys.argv[1:]])
+        meta: dict[str, Any] = {
+            "command": f".venv/bin/python {command}",
+            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+            "env": env_info(),
+            "quick": args.quick,
+            "steps": {},
+        }
+        reason = ensure_peers_venv()
+        if reason:
+            meta["dbos_unavailable"] = reason
+        selected = steps(args.quick)
+        if args.only:
+            wanted = set(args.only.split(","))
+            selected = [s for s in selected if s[0] in wanted]
+            previous = read_result("run_meta") or {}
+            meta["steps"] = previous.get("steps", {})
+        run_steps(selected, meta)
+        meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        (OUT / "run_meta.json").write_text(json.dumps(meta, indent=2, default=str))
+    from report import render
+
+    (BENCH / "RESULTS.md").write_text(render())
+    print(f"wrote {BENCH / 'RESULTS.md'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
