@@ -52,7 +52,7 @@ def duration(value: float | timedelta | None) -> str:
     if seconds < 1:
         return f"{seconds * 1000:.0f} ms"
     if seconds < 60:
-        return f"{seconds:.1f} s"
+        return f"{seconds:.0f} s" if seconds == int(seconds) else f"{seconds:.1f} s"
     return _span(seconds)
 
 

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 
 from app import queries
 from app.auth import DashboardUser
+from app.formatting import duration
 from app.queries import is_stranded_step
 from engine import states
 from engine.config import settings
@@ -424,7 +425,7 @@ def step_options(definition: StepDefinition) -> list[str]:
     if definition.resumable:
         options.append("resumable")
     if definition.wait is not None:
-        options.append(f"wait {definition.wait}")
+        options.append(f"wait {duration(definition.wait)}")
     if definition.wait_for is not None:
         options.append(f"wait_for {matcher_name(definition.wait_for) or definition.wait_for}")
     if definition.skip_if is not None:
@@ -436,7 +437,7 @@ def step_options(definition: StepDefinition) -> list[str]:
     if definition.max_iterations:
         options.append(f"max_iterations {definition.max_iterations}")
     if definition.max_runtime:
-        options.append(f"max_runtime {definition.max_runtime}")
+        options.append(f"max_runtime {duration(definition.max_runtime)}")
     if definition.before_step:
         options.append(f"before {definition.before_step}")
     if definition.after_step:
