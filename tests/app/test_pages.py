@@ -354,3 +354,25 @@ def test_logout_page_on_get_changes_nothing(operator_client):
     page = operator_client.get("/logout")
     assert page.status_code == 200 and ">Log out</button>" in page.get_data(as_text=True)
     assert operator_client.get("/").status_code == 200  # still logged in
+
+
+def test_list_page_query_count_does_not_grow_with_rows(app, operator_client, make_workflow):
+    with app.app_context():
+        engine = db.engine
+    statements: list[str] = []
+
+    def record(conn, cursor, statement, *args):  # type: ignore[no-untyped-def]
+        statements.append(statement)
+
+    counts = []
+    for batch in (2, 6):
+        for _ in range(batch):
+            make_workflow(run=True)  # paused after an error: the costliest why line
+        statements.clear()
+        event.listen(engine, "before_cursor_execute", record)
+        try:
+            assert operator_client.get("/workflows", headers=HTMX).status_code == 200
+        finally:
+            event.remove(engine, "before_cursor_execute", record)
+        counts.append(len(statements))
+    assert counts[0] == counts[1], counts
