@@ -157,7 +157,7 @@ class StepExecution(TimestampMixin, Base):
     #: When the dispatcher (or the commit hook) last handed this execution to the transport.
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
-    workflow: Mapped[Workflow] = relationship(back_populates="step_executions")
+    workflow: Mapped[Workflow] = relationship()
     successor: Mapped[StepExecution | None] = relationship(
         primaryjoin="StepExecution.id == foreign(StepExecution.continues_from_id)",
         uselist=False,
@@ -273,7 +273,7 @@ class Signal(TimestampMixin, Base):
     claimed: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
     consumed: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
 
-    workflow: Mapped[Workflow] = relationship(back_populates="signals")
+    workflow: Mapped[Workflow] = relationship()
 
     __table_args__ = (
         Index(

@@ -96,17 +96,19 @@ class Workflow(TimestampMixin, Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     transitioned_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
 
+    # Read-only collections: the engine writes executions and signals through their
+    # workflow_id (their own ``workflow`` many-to-one stays writable), and the database's ON
+    # DELETE CASCADE removes them with the workflow. A writable one-to-many would make every
+    # flush walk every Workflow subclass mapper for these two properties (SQLAlchemy's unit of
+    # work iterates the parent's mapper hierarchy per dependency), a cost that grows with the
+    # number of workflow classes an application defines.
     step_executions: Mapped[list[StepExecution]] = relationship(
-        back_populates="workflow",
-        cascade="all, delete-orphan",
-        passive_deletes=True,
+        viewonly=True,
         order_by="(StepExecution.created_at, StepExecution.id)",
         lazy="select",
     )
     signals: Mapped[list[Signal]] = relationship(
-        back_populates="workflow",
-        cascade="all, delete-orphan",
-        passive_deletes=True,
+        viewonly=True,
         order_by="(Signal.created_at, Signal.id)",
         lazy="select",
     )
