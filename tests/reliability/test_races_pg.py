@@ -347,6 +347,8 @@ def test_execute_racing_housekeeping_recovery(rdb):
         assert_invariants(rdb)
         drain()
         assert workflow_state(workflow_id) == "finished"
+        # Recovery re-checks under the lock: a started step is never recovered and rerun.
+        assert LEDGER.count(workflow_id, "one") == 1
         assert LEDGER.count(workflow_id, "two") == 1
     with session_scope() as session:
         assert (

@@ -327,12 +327,16 @@ def _record(figures: Figures) -> None:
     section = [x for x in lines[start:end] if not x.startswith(f"- **{figures.backend}**")]
     while section and section[-1] == "":
         section.pop()
+    if not section[-1].startswith("- **"):
+        section.append("")  # a blank line between the description and the list
     section += [entry, ""]
     path.write_text("\n".join(lines[:start] + section + lines[end:]).rstrip("\n") + "\n")
-    (ROOT / "bench" / "out").mkdir(exist_ok=True)
+    # Also as JSON next to the other benchmark results, for bench/report.py to render.
+    (ROOT / "bench" / "results").mkdir(exist_ok=True)
     payload = {**vars(figures), "operator_actions": dict(figures.operator_actions)}
     payload["line"] = figures.line()
-    (ROOT / "bench" / "out" / f"soak-{figures.backend.lower()}.json").write_text(
-        json.dumps(payload, indent=2, default=str)
+    payload["recorded_at"] = stamp
+    (ROOT / "bench" / "results" / f"soak-{figures.backend.lower()}.json").write_text(
+        json.dumps(payload, indent=2, default=str) + "\n"
     )
     assert re.search(r"## Soak", path.read_text())
