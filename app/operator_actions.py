@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from flask import abort
+from flask import abort, current_app
+from werkzeug.exceptions import HTTPException
 
 from app.errors import REFUSALS, status_for
 from app.extensions import db
@@ -245,3 +247,81 @@ def perform_bulk(
     batch.params = {**(batch.params or {}), "count": len(ids), "done": done, "refused": refused}
     db.session.commit()
     return outcome
+
+
+#: Rows a background bulk action handles between progress updates.
+BACKGROUND_CHUNK = 200
+
+
+def start_background_bulk(
+    actor: str, action: str, params: dict[str, Any], filters: Any, selection: dict[str, Any]
+) -> int:
+    """Run a bulk action over a selection above the cap in a background thread; return the
+    batch audit row's id, whose ``params`` carry the progress (``done``, ``refused``).
+
+    A thread of the web process, not a queue: the work is bounded (one engine call per
+    workflow) and its progress is in the database, so a restart mid-way leaves a "running"
+    batch row and an operator who runs the same filter again. Each workflow is still its own
+    transaction with its own audit row, exactly like a bulk action under the cap.
+    """
+    from app import queries
+
+    batch = _record(
+        actor,
+        f"bulk_{action}",
+        None,
+        {**params, **selection, "background": True, "done": 0, "refused": 0},
+        None,
+        None,
+        "running",
+        "Running in the background.",
+    )
+    db.session.commit()
+    batch_id = batch.id
+    app = current_app._get_current_object()  # type: ignore[attr-defined]
+
+    def run() -> None:
+        with app.app_context():
+            done = refused = 0
+            before: int | None = None
+            try:
+                while True:
+                    ids = queries.ids_before(db.session(), filters, before, BACKGROUND_CHUNK)
+                    if not ids:
+                        break
+                    for workflow_id in ids:
+                        try:
+                            result = perform(
+                                actor, workflow_id, action, params, audit_extra={"batch": batch_id}
+                            )
+                        except HTTPException:  # deleted meanwhile (housekeeping): not ours
+                            continue
+                        done, refused = done + result.ok, refused + (not result.ok)
+                    before = ids[-1]
+                    _progress(batch_id, done, refused, "running", "Running in the background.")
+                outcome = "ok" if not refused else ("partial" if done else "refused")
+                summary = BulkResult(done, refused, [], batch_id).summary
+                _progress(batch_id, done, refused, outcome, summary)
+            except Exception:
+                # The thread has no caller to re-raise to: record the failure where the
+                # operator is watching (the batch row), then log it with the traceback.
+                db.session.rollback()
+                _progress(batch_id, done, refused, "failed", "Stopped by an internal error.")
+                log.exception("Background bulk %s (batch %s) failed", action, batch_id)
+            finally:
+                db.session.remove()
+
+    thread = threading.Thread(target=run, name=f"geneva-bulk-{batch_id}", daemon=True)
+    app.extensions.setdefault("geneva_bulk_threads", {})[batch_id] = thread
+    thread.start()
+    return batch_id
+
+
+def _progress(batch_id: int, done: int, refused: int, result: str, message: str) -> None:
+    batch = db.session.get(OperatorAction, batch_id)
+    if batch is None:
+        return
+    batch.params = {**(batch.params or {}), "done": done, "refused": refused}
+    batch.result = result
+    batch.message = message
+    db.session.commit()

@@ -244,6 +244,20 @@ def workflow_page(
     )
 
 
+def ids_before(
+    session: Session, filters: WorkflowFilters, before: int | None, limit: int
+) -> list[int]:
+    """The next ``limit`` ids of the filtered selection below ``before``, newest first.
+
+    A background bulk action walks its selection with this keyset: rows it has changed may
+    leave the filter (paused → ready), and the cursor never revisits or skips a row for it.
+    """
+    stmt = filtered_workflows(filters).with_only_columns(Workflow.id)
+    if before is not None:
+        stmt = stmt.where(Workflow.id < before)
+    return list(session.scalars(stmt.order_by(Workflow.id.desc()).limit(limit)))
+
+
 def capped_ids(session: Session, filters: WorkflowFilters, cap: int) -> list[int]:
     """Ids of the filtered selection, at most ``cap + 1`` (one more says "over the cap")."""
     stmt = filtered_workflows(filters).with_only_columns(Workflow.id)

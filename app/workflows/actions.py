@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import current_app, flash, redirect, request, url_for
+from flask import abort, current_app, flash, redirect, request, url_for
 
 from app import operator_actions, presenters, queries
 from app.auth import current_user
 from app.extensions import db, session
-from app.htmx import is_htmx, render, with_trigger
+from app.htmx import STOP_POLLING, is_htmx, render, with_trigger
 from app.workflows import bp
 from app.workflows.views import list_context, load_workflow, render_detail
+from engine.models import OperatorAction
 
 SIMPLE_ACTIONS = ("pause", "resume", "skip", "cancel", "reattempt", "resume_at")
 
@@ -85,7 +86,9 @@ def signal(workflow_id: int) -> Any:
 # --- bulk -------------------------------------------------------------------------------------
 
 
-def _selection(source: Any) -> tuple[queries.WorkflowFilters, list[int], str]:
+def _selection(source: Any) -> tuple[queries.WorkflowFilters, list[int], str, bool]:
+    """The filters, the ids (at most cap + 1), an error, and whether it runs in the background
+    (all matching the filter, over the cap)."""
     filters = queries.WorkflowFilters.from_args(source)
     cap = int(current_app.config["BULK_CAP"])
     scope = source.get("scope", "selected")
@@ -101,19 +104,22 @@ def _selection(source: Any) -> tuple[queries.WorkflowFilters, list[int], str]:
         ids = sorted(set(ids), reverse=True)
         if not ids:
             error = "Select workflows first, or choose all workflows matching the filter."
-    if len(ids) > cap:
+    background = False
+    if len(ids) > cap and scope == "all":
+        background = True
+    elif len(ids) > cap:
         error = (
-            f"More than {cap:,} workflows are selected; one bulk action may touch at most "
-            f"{cap:,}. Narrow the filter and run it again."
+            f"More than {cap:,} workflows are selected; select at most {cap:,} rows, or choose "
+            "all workflows matching the filter to run it in the background."
         )
-    return filters, ids, error
+    return filters, ids, error, background
 
 
 def _bulk_context(source: Any) -> dict[str, Any]:
     action = source.get("action", "")
     if action not in presenters.BULK_ACTIONS:
         return {"error": "Unknown bulk action.", "status": 400}
-    filters, ids, error = _selection(source)
+    filters, ids, error, background = _selection(source)
     target_step = source.get("target_step", "").strip()
     if action == "resume_at" and not target_step and not error:
         error = "Choose the Step to resume at."
@@ -127,6 +133,7 @@ def _bulk_context(source: Any) -> dict[str, Any]:
         "scope": source.get("scope", "selected"),
         "target_step": target_step,
         "error": error,
+        "background": background,
         "status": 400 if error else 200,
         "cap": current_app.config["BULK_CAP"],
     }
@@ -157,6 +164,13 @@ def bulk() -> Any:
         )
     params = {"step": context["target_step"]} if context["action"] == "resume_at" else {}
     selection = {"filters": context["filters"].as_params(), "scope": context["scope"]}
+    if context["background"]:
+        batch_id = operator_actions.start_background_bulk(
+            _actor(), context["action"], params, context["filters"], selection
+        )
+        if not is_htmx():
+            return redirect(url_for("workflows.bulk_progress", batch_id=batch_id))
+        return _render_progress(batch_id)
     result = operator_actions.perform_bulk(
         _actor(), context["ids"], context["action"], params, selection
     )
@@ -175,3 +189,27 @@ def bulk() -> Any:
         **list_context(context["filters"]),
     )
     return with_trigger(response, "geneva:toast", {"message": message, "ok": not result.refused})
+
+
+def _render_progress(batch_id: int) -> Any:
+    batch = db.session.get(OperatorAction, batch_id)
+    if batch is None or not batch.action.startswith("bulk_"):
+        abort(404, description=f"There is no bulk action #{batch_id}.")
+    view = presenters.action_view(batch)
+    running = batch.result == "running"
+    status = 200 if running or not is_htmx() else STOP_POLLING
+    return render(
+        "workflows/bulk.html",
+        "workflows/_bulk_progress.html",
+        status=status,
+        batch=view,
+        done=int((batch.params or {}).get("done", 0)),
+        refused=int((batch.params or {}).get("refused", 0)),
+        running=running,
+    )
+
+
+@bp.get("/workflows/bulk/<int:batch_id>")
+def bulk_progress(batch_id: int) -> Any:
+    """Progress of a bulk action running in the background (polls until it is over)."""
+    return _render_progress(batch_id)

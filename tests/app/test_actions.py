@@ -229,16 +229,47 @@ def test_bulk_resume_at_over_the_filtered_selection(operator_client, make_workfl
     assert _audit(geneva_session, ready.id) == []
 
 
-def test_bulk_refuses_a_selection_over_the_cap(app_factory, make_workflow, geneva_session):
-    client = login(app_factory(BULK_CAP=2).test_client(), "olga")
+def test_bulk_over_the_cap_runs_in_the_background_with_progress(
+    app_factory, make_workflow, geneva_session
+):
+    app = app_factory(BULK_CAP=2)
+    client = login(app.test_client(), "olga")
     made = [make_workflow() for _ in range(3)]
     preview = client.get("/workflows/bulk?action=cancel&scope=all")
-    assert preview.status_code == 400
-    assert "More than 2 workflows are selected" in preview.get_data(as_text=True)
+    assert preview.status_code == 200
+    assert "More than 2 workflows will be canceled." in preview.get_data(as_text=True)
+
     response = post(client, "/workflows/bulk", {"action": "cancel", "scope": "all"})
+    assert response.status_code == 302
+    progress_url = response.headers["Location"]
+    batch_id = int(progress_url.rsplit("/", 1)[1])
+    app.extensions["geneva_bulk_threads"][batch_id].join(timeout=30)
+
+    assert {_reload(geneva_session, w.id).state for w in made} == {"canceled"}
+    batch = geneva_session.get(OperatorAction, batch_id)
+    geneva_session.refresh(batch)
+    assert (batch.action, batch.result) == ("bulk_cancel", "ok")
+    assert batch.params["done"] == 3 and batch.params["refused"] == 0
+    assert all(_audit(geneva_session, w.id)[0].params["batch"] == batch_id for w in made)
+
+    page = client.get(progress_url, headers=HTMX)
+    assert page.status_code == 286  # finished: the progress region stops polling
+    assert "3 done" in page.get_data(as_text=True)
+
+
+def test_bulk_of_selected_rows_over_the_cap_is_refused(app_factory, make_workflow, geneva_session):
+    client = login(app_factory(BULK_CAP=2).test_client(), "olga")
+    made = [make_workflow() for _ in range(3)]
+    ids = [str(w.id) for w in made]
+    response = post(client, "/workflows/bulk", {"action": "cancel", "ids": ids})
     assert response.status_code == 400
+    assert "select at most 2 rows" in response.get_data(as_text=True)
     assert {_reload(geneva_session, w.id).state for w in made} == {"ready"}
     assert not geneva_session.scalars(select(OperatorAction)).all()
+
+
+def test_bulk_progress_of_an_unknown_batch_is_404(operator_client):
+    assert operator_client.get("/workflows/bulk/99999").status_code == 404
 
 
 def test_bulk_without_a_selection_or_with_an_unknown_action_is_400(operator_client):
