@@ -537,7 +537,7 @@ def _aware(value: Any) -> datetime | None:
 
 # --- signals -------------------------------------------------------------------------------------
 
-INBOX_LIMIT = 500
+INBOX_LIMIT = 200
 
 
 def parked_executions(session: Session) -> list[tuple[StepExecution, Workflow]]:
