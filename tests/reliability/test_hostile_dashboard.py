@@ -186,6 +186,22 @@ def test_bad_workflow_ids_in_paths_are_404(client, geneva_session, workflows, ra
     assert engine_rows(geneva_session) == before
 
 
+@pytest.mark.parametrize("raw", BAD_IDS)
+def test_bad_ids_in_every_int_route_are_404(dash, client, geneva_session, workflows, raw):
+    """Every route with an ``<int:…>`` argument, found in the url_map (new ones included)."""
+    import re
+
+    rules = [r for r in dash.url_map.iter_rules() if "<int:" in r.rule]
+    assert len(rules) >= 8
+    before = engine_rows(geneva_session)
+    for rule in rules:
+        url = re.sub(r"<int:[a-z_]+>", raw, rule.rule)
+        for method in sorted(rule.methods & {"GET", "POST"}):
+            response = client.get(url) if method == "GET" else post(client, url, {"name": "x"})
+            assert_clear(response, 404, 405)
+    assert engine_rows(geneva_session) == before
+
+
 @HYPO
 @given(hero_type=hostile_text, hero_id=hostile_text, name=hostile_text)
 def test_path_segments_never_500(client, workflows, hero_type, hero_id, name):
