@@ -294,6 +294,8 @@ COUNT_CAP = 10_000
 @dataclass
 class Overview:
     counts: dict[str, dict[str, int]]
+    #: paused / all workflows of the class (the ``geneva_drive_paused_ratio`` gauge).
+    ratios: dict[str, float]
     overdue: int
     stuck_scheduled: int
     waiting_overdue: int
@@ -303,61 +305,36 @@ class Overview:
     now: datetime = field(default_factory=utcnow)
 
 
-def state_counts(session: Session) -> dict[str, dict[str, int]]:
-    """``{class: {state: count}}`` from one grouped pass over ``(type, state, id)``."""
-    rows = session.execute(
-        select(Workflow.type, Workflow.state, func.count()).group_by(Workflow.type, Workflow.state)
-    )
-    counts: dict[str, dict[str, int]] = {}
-    for type_name, state, count in rows:
-        counts.setdefault(type_name, {})[state] = int(count)
-    return dict(sorted(counts.items()))
-
-
 def overview(session: Session) -> Overview:
+    """The overview's numbers. The per-class counts, overdue, waiting and stuck numbers are
+    ``engine.metrics``' snapshot, the very numbers ``/metrics`` exports (one grouped query set,
+    cached and refreshed in the background), so the page and the alerts never disagree."""
+    from engine import metrics
+
     now = utcnow()
+    ttl = float(current_app.config.get("COUNTS_CACHE_SECONDS", 0))
+    snapshot = metrics.get_snapshot(session, max_age=ttl)
 
     def compute() -> Overview:
-        scheduled_late = (
+        stuck_scheduled = (
             select(StepExecution.id)
             .join(Workflow, Workflow.id == StepExecution.workflow_id)
             .where(
                 StepExecution.state == StepState.SCHEDULED,
-                StepExecution.scheduled_for < now,
+                StepExecution.scheduled_for < now - settings.stuck_scheduled_threshold,
                 Workflow.state.in_([WorkflowState.READY, WorkflowState.PERFORMING]),
             )
         )
-        stuck_scheduled = scheduled_late.where(
-            StepExecution.scheduled_for < now - settings.stuck_scheduled_threshold
-        )
-        threshold = settings.waiting_visibility_threshold
-        waiting_overdue = 0
-        if threshold is not None:
-            waiting_overdue = _capped_count(
-                session,
-                select(StepExecution.id).where(
-                    StepExecution.state == StepState.WAITING,
-                    StepExecution.waiting_since < now - threshold,
-                ),
-                COUNT_CAP,
-            )
-        stuck_in_progress = _capped_count(
-            session,
-            select(StepExecution.id).where(
-                StepExecution.state == StepState.IN_PROGRESS,
-                StepExecution.started_at < now - settings.stuck_in_progress_threshold,
-            ),
-            COUNT_CAP,
-        )
         return Overview(
-            counts=state_counts(session),
-            overdue=_capped_count(session, scheduled_late, COUNT_CAP),
+            counts={c.workflow: dict(c.states) for c in snapshot.classes},
+            ratios={c.workflow: c.paused_ratio for c in snapshot.classes},
+            overdue=snapshot.overdue,
             stuck_scheduled=_capped_count(session, stuck_scheduled, COUNT_CAP),
-            waiting_overdue=waiting_overdue,
-            stuck_in_progress=stuck_in_progress,
+            waiting_overdue=snapshot.waiting_overdue or 0,
+            stuck_in_progress=snapshot.stuck_in_progress,
             stranded=sum(g.count for g in stranded_groups(session)),
             failures=failure_groups(session, timedelta(hours=24), limit=10),
-            now=now,
+            now=snapshot.taken_at,
         )
 
     return cached("overview", compute)

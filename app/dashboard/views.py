@@ -12,31 +12,20 @@ from app.dashboard import bp
 from app.extensions import session
 from app.htmx import render
 from engine.config import settings
+from engine.states import WorkflowState
 
 
 @bp.get("/")
 def overview() -> Any:
     data = queries.overview(session())
-    classes = sorted(data.counts)
-    states = ["ready", "performing", "paused", "finished", "canceled"]
-    ratios = {
-        name: _ratio(data.counts[name].get("paused", 0), data.counts[name]) for name in classes
-    }
     return render(
         "dashboard/overview.html",
         "dashboard/_overview.html",
         data=data,
-        classes=classes,
-        states=states,
-        ratios=ratios,
+        classes=sorted(data.counts),
+        states=[s.value for s in WorkflowState],
         settings=settings,
     )
-
-
-def _ratio(paused: int, counts: dict[str, int]) -> float:
-    # paused / ongoing, as the gem's paused_ratio gauge: finished work does not dilute it.
-    ongoing = sum(counts.get(s, 0) for s in ("ready", "performing", "paused"))
-    return paused / ongoing if ongoing else 0.0
 
 
 @bp.get("/signals")
