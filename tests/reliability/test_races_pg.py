@@ -360,3 +360,50 @@ def test_execute_racing_housekeeping_recovery(rdb):
             == 0
         )
     assert_invariants(rdb, quiescent=True)
+
+
+def test_cleanup_racing_signals_and_operators_on_finished_workflows(rdb):
+    """Housekeeping deletes old finished workflows while webhooks retry keyed signals and
+    operators click on them: each caller gets a clear answer, nothing is orphaned."""
+    from engine import housekeeping
+    from engine.config import settings
+
+    settings.delete_completed_workflows_after = 0
+    settings.housekeeping_batch_size = 3
+
+    def retry_signal(workflow_id):
+        with session_scope() as session:
+            workflow = session.get(Workflow, workflow_id)
+            if workflow is None:
+                return "gone"
+            return workflow.signal("go", {"n": 2}, idempotency_key="k").duplicate_delivery
+
+    def operator(workflow_id):
+        with session_scope() as session:
+            workflow = session.get(Workflow, workflow_id)
+            if workflow is None:
+                return "gone"
+            workflow.cancel()
+
+    for _ in range(3):
+        ids = []
+        for _ in range(12):
+            workflow_id = new_workflow(RacePgGate)
+            drain()
+            with session_scope() as session:
+                session.get(Workflow, workflow_id).signal("go", {"n": 1}, idempotency_key="k")
+            drain()
+            assert workflow_state(workflow_id) == "finished"
+            ids.append(workflow_id)
+        fns = [lambda: housekeeping.run(utcnow() + timedelta(seconds=1))]
+        for workflow_id in ids:
+            fns.append(lambda w=workflow_id: retry_signal(w))
+            fns.append(lambda w=workflow_id: operator(w))
+        result = storm(fns)
+        assert result.unexpected(InvalidStateError, WorkflowNotOngoing) == []
+        assert all(r in (True, "gone", None) or hasattr(r, "as_dict") for r in result.results)
+        assert_invariants(rdb)
+        with session_scope() as session:
+            assert session.scalar(select(func.count()).select_from(Workflow)) == 0
+            assert session.scalar(select(func.count()).select_from(Signal)) == 0
+            assert session.scalar(select(func.count()).select_from(StepExecution)) == 0
