@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from common import BENCH, read_result
@@ -73,15 +72,17 @@ def render() -> str:
     emb = read_result("engine_embedded") or {}
     b7 = read_result("b7_housekeeping") or {}
     b8 = read_result("b8_dashboard") or {}
-    b9_path = BENCH / "results" / "bench_metrics.json"
-    b9 = json.loads(b9_path.read_text()) if b9_path.exists() else {}
+    # This run's B9 (bench/bench_metrics.py writes bench/results/bench_metrics.json; run.py
+    # copies this run's file into bench/out/ so the tracked one keeps its owner's figures).
+    b9 = read_result("b9_bench_metrics") or {}
     env = meta.get("env", {})
     lines: list[str] = []
     w = lines.append
     w("# Benchmark results (issue 8)")
     w("")
     w(f"Command: `{meta.get('command', '?')}` — started {meta.get('started', '?')}, finished "
-      f"{meta.get('finished', '?')}; {'quick' if meta.get('quick') else 'full'} mode.")  # fmt: skip
+      f"{meta.get('finished', '?')}; {'quick' if meta.get('quick') else 'full'} mode."
+      + "".join(f" Addendum: `{a['command']}` at {a['started']}." for a in meta.get("addenda", [])))  # fmt: skip
     w("")
     w(f"Machine: {env.get('cpus')} vCPU shared with other engineers' test runs (1-minute load "
       f"average {f(env.get('loadavg', [None])[0])} at the start; per scenario below). Python "
@@ -268,7 +269,7 @@ def render() -> str:
     w("## B9 — /metrics at the same scale")
     w("")
     if b9:
-        w(f"Status: {status(meta, 'b9')} (bench/bench_metrics.py, results in bench/results/bench_metrics.json).")
+        w(f"Status: {status(meta, 'b9')} (bench/bench_metrics.py; analysis in bench/B9_METRICS.md).")
         w("")
         w("| measure | p50 / p99 ms |")
         w("|---|---:|")
@@ -289,16 +290,38 @@ def render() -> str:
     # ---- B10
     w("## B10 — regression guard")
     w("")
-    w("`scripts/test` runs `bench/b1_engine_sqlite.py --workflows 100 --repeats 3 --min-ratio 0.15` after the "
-      "test suites: the raw 3-transaction floor and the engine alternate three times in the same process, "
-      "and the median engine/raw ratio must stay ≥ 0.15. This run's ratio: "
+    b10 = read_result("b10") or {}
+    if b10:
+        w(f"Guard mode in this run ({status(meta, 'b10')}): engine {f(b10.get('cpu_ms_per_step'))} ms CPU per step, "
+          f"raw floor {f(b10.get('raw_cpu_ms_per_step'))} ms; median ratio **{f(b10.get('engine_vs_raw'), 3)}** "
+          f"over {b10.get('rounds')} rounds (min {f(b10.get('engine_vs_raw_min'), 3)}, max {f(b10.get('engine_vs_raw_max'), 3)}); "
+          f"{verdict(ge(b10.get('engine_vs_raw'), 0.15))} (≥ 0.15).")  # fmt: skip
+        w("")
+    w("`scripts/test` runs `bench/b1_engine_sqlite.py --workflows 150 --guard-rounds 15 --min-ratio 0.15` right "
+      "after mypy, before the test suites: 15 short rounds alternate the raw 3-transaction floor and the engine in "
+      "the same process, both timed in process CPU time, and the median engine/raw ratio must stay ≥ 0.15 "
+      "(about 30 s). B1's own full-run ratio (wall clock, 3 alternating runs): "
       f"**{f(eng_vs_raw, 3)}**.")  # fmt: skip
     w("")
     notes = BENCH / "NOTES.md"
     if notes.exists():
         w(notes.read_text().rstrip())
         w("")
-    return "\n".join(lines) + "\n"
+    # Sections other bench/test code keeps in RESULTS.md (the soak test's, say) are carried over.
+    w(kept_sections().rstrip())
+    return "\n".join(lines).rstrip() + "\n"
+
+
+OWN_HEADINGS = ("B1 ", "B2/B3 ", "B5 ", "B6 ", "B7 ", "B8 ", "B9 ", "B10 ", "Engine optimizations")
+
+
+def kept_sections() -> str:
+    path = BENCH / "RESULTS.md"
+    if not path.exists():
+        return ""
+    parts = path.read_text().split("\n## ")
+    kept = [p for p in parts[1:] if not p.startswith(OWN_HEADINGS)]
+    return "".join(f"\n## {p.rstrip()}\n" for p in kept)
 
 
 if __name__ == "__main__":

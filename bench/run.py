@@ -75,6 +75,8 @@ def steps(quick: bool) -> list[tuple[str, list[str], int]]:
         ("b7", [*py, "bench/b7_housekeeping.py", *q], 1800),
         ("b8", [*py, "bench/b8_dashboard.py", *q], 1800),
         ("b9", [*py, "bench/bench_metrics.py", "--runs", "5" if quick else "10"], 1800),
+        ("b10", [*py, "bench/b1_engine_sqlite.py", "--workflows", "150", "--guard-rounds", "15",
+                 "--json", str(OUT / "b10.json")], 600),
     ]  # fmt: skip
 
 
@@ -131,6 +133,17 @@ def main() -> int:
             meta["steps"] = previous.get("steps", {})
         run_steps(selected, meta)
         meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        if args.only:  # an addendum to the last full run: keep that run's command and times
+            previous = read_result("run_meta") or {}
+            addendum = {k: meta[k] for k in ("command", "started", "finished")}
+            for key in ("command", "started", "finished", "env", "quick"):
+                if key in previous:
+                    meta[key] = previous[key]
+            meta["addenda"] = [*previous.get("addenda", []), addendum]
+        if any(name == "b9" for name, _, _ in selected):
+            metrics = BENCH / "results" / "bench_metrics.json"
+            if metrics.exists():
+                (OUT / "b9_bench_metrics.json").write_text(metrics.read_text())
         (OUT / "run_meta.json").write_text(json.dumps(meta, indent=2, default=str))
     from report import render
 
