@@ -184,12 +184,15 @@ def _insert_execution(
     step_def: StepDefinition | None,
     step_name: str,
     wait: timedelta | None,
+    *,
+    fresh: bool = False,
     **columns: Any,
 ) -> StepExecution:
     now = utcnow()
     scheduled_for = now + wait if wait is not None else now
     message = plan_send(workflow, step_def, scheduled_for)
-    cancel_stray_executions(session, workflow)
+    if not fresh:  # a workflow inserted in this very call has no executions to sweep
+        cancel_stray_executions(session, workflow)
     execution = StepExecution(
         workflow_id=workflow.id,
         step_name=step_name,
@@ -200,7 +203,8 @@ def _insert_execution(
         **columns,
     )
     session.add(execution)
-    workflow.next_step_name = step_name
+    if workflow.next_step_name != step_name:  # unchanged: no UPDATE of the workflow row
+        workflow.next_step_name = step_name
     session.flush()
     if message is not None:
         message.execution_id = execution.id
@@ -209,9 +213,16 @@ def _insert_execution(
 
 
 def create_step_execution(
-    session: Session, workflow: Workflow, step_def: StepDefinition, wait: timedelta | None
+    session: Session,
+    workflow: Workflow,
+    step_def: StepDefinition,
+    wait: timedelta | None,
+    *,
+    fresh: bool = False,
 ) -> StepExecution:
-    return _insert_execution(session, workflow, step_def, step_def.name, wait)
+    """``fresh``: the workflow was inserted by this call (``Workflow.create``), so no stray
+    execution can exist and the sweep is skipped."""
+    return _insert_execution(session, workflow, step_def, step_def.name, wait, fresh=fresh)
 
 
 def create_successor_execution(

@@ -254,6 +254,10 @@ class Workflow(TimestampMixin, Base):
             ).first()
             if existing is not None:
                 raise _duplicate_error(cls, workflow, existing)
+        first = cls.steps.next_after(None)
+        if first is not None:
+            # Written with the INSERT, so scheduling the first step only inserts its execution.
+            workflow.next_step_name = first.name
         try:
             # Added inside the savepoint: on a unique-index violation (a race) the rollback
             # expunges the pending row, so the caller's transaction stays usable.
@@ -262,11 +266,10 @@ class Workflow(TimestampMixin, Base):
                 session.flush()
         except IntegrityError as exc:
             raise _duplicate_error(cls, workflow, None) from exc
-        first = cls.steps.next_after(None)
         if first is None:
             scheduling.finish_workflow(session, workflow)
         else:
-            scheduling.create_step_execution(session, workflow, first, first.wait)
+            scheduling.create_step_execution(session, workflow, first, first.wait, fresh=True)
         return workflow
 
     # --- queries --------------------------------------------------------------------------
