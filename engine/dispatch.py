@@ -151,6 +151,7 @@ def run_dispatcher(
     next_housekeeping = time.monotonic() + first_housekeeping_after
     log.info("dispatcher started")
     while not stop_event.is_set():
+        started = time.monotonic()
         if dispatch:
             try:
                 dispatch_due()
@@ -164,6 +165,8 @@ def run_dispatcher(
                 log.exception("housekeeping failed; retrying next interval")
                 report_error(error, {"component": "housekeeping"})
             next_housekeeping = time.monotonic() + settings.housekeeping_interval.total_seconds()
-        wait = interval if interval is not None else settings.dispatch_interval.total_seconds()
-        stop_event.wait(wait)
+        period = interval if interval is not None else settings.dispatch_interval.total_seconds()
+        # Sweeps start every ``period`` seconds: the sweep's own time is not added to the
+        # period, so a due execution waits at most one period plus the sweep that sends it.
+        stop_event.wait(max(0.0, period - (time.monotonic() - started)))
     log.info("dispatcher stopped")
