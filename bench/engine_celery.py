@@ -443,14 +443,10 @@ def scenario_delayed(stack: Stack, quick: bool) -> dict[str, Any]:
 
 
 def _dispatch_loop(stop: Any, period: float) -> None:
-    from engine.dispatch import dispatch_due
+    """The engine's own dispatcher loop (``geneva-drive dispatcher``), without housekeeping."""
+    from engine.dispatch import run_dispatcher
 
-    while not stop.is_set():
-        try:
-            dispatch_due()
-        except Exception as error:  # keep sweeping; the bench reports what ran
-            print(f"dispatch failed: {error}", file=sys.stderr)
-        stop.wait(period)
+    run_dispatcher(stop, interval=period, housekeeping=False)
 
 
 SCENARIOS = {"hops": scenario_hops, "signals": scenario_signals, "delayed": scenario_delayed}
@@ -461,6 +457,7 @@ def main() -> int:
     parser.add_argument("--backend", choices=["sqlite", "postgres"], required=True)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--scenarios", default="hops,signals,delayed")
+    parser.add_argument("--name", default=None, help="result name (default engine_celery_<backend>)")
     args = parser.parse_args()
     result: dict[str, Any] = {"backend": args.backend, "env": env_info(), "quick": args.quick}
     with tempfile.TemporaryDirectory(prefix="geneva-bench-") as workdir:
@@ -483,7 +480,7 @@ def main() -> int:
                 result["worker_log_tail"] = Path(stack.worker_log).read_text()[-2000:]
             except OSError:
                 pass
-    write_result(f"engine_celery_{args.backend}", result)
+    write_result(args.name or f"engine_celery_{args.backend}", result)
     return 0
 
 
