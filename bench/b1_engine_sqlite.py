@@ -19,7 +19,8 @@ the 3- and 10-step workflow medians, as the DBOS peer is measured), statements a
 step, and the raw/engine ratio (``--repeats``: medians over alternating full runs).
 
 B10 (``--guard-rounds``): short raw and engine chunks alternate, so both see the same machine
-load, and the median of the per-round ratios decides; ``--min-ratio`` exits 1 below it.
+load, and the ratio of each side's best round decides (interference only adds time);
+``--min-ratio`` exits 1 below it.
 """
 
 from __future__ import annotations
@@ -236,7 +237,7 @@ def measure(workflows: int, repeats: int = 1, raw_n: int = 2000) -> dict[str, An
 
 
 def guard(workflows: int, rounds: int) -> dict[str, Any]:
-    """B10: ``rounds`` alternating pairs of short raw and engine chunks; the median ratio.
+    """B10: ``rounds`` alternating pairs of short raw and engine chunks; the best-round ratio.
 
     Both sides are timed in process CPU time (``time.process_time``): with WAL and
     ``synchronous=NORMAL`` neither waits on I/O, so CPU time is the cost, and it does not
@@ -265,13 +266,20 @@ def guard(workflows: int, rounds: int) -> dict[str, Any]:
         finally:
             raw.close()
             bench.close()
+    # The decision uses each side's best round (timeit's rule: interference from other
+    # processes only ever adds time, so the fastest round is the closest to the intrinsic
+    # cost). A real regression raises the engine's best round as much as its median; machine
+    # noise does not, so a loaded CI box cannot flip the guard. Medians are reported too.
     return {
         "rounds": rounds,
         "workflows_per_round": per_round,
         "clock": "process CPU time",
-        "cpu_ms_per_step": statistics.median(engine_ms),
-        "raw_cpu_ms_per_step": statistics.median(raw_ms),
-        "engine_vs_raw": statistics.median(ratios),
+        "cpu_ms_per_step": min(engine_ms),
+        "raw_cpu_ms_per_step": min(raw_ms),
+        "engine_vs_raw": min(raw_ms) / min(engine_ms),
+        "cpu_ms_per_step_median": statistics.median(engine_ms),
+        "raw_cpu_ms_per_step_median": statistics.median(raw_ms),
+        "engine_vs_raw_median": statistics.median(ratios),
         "engine_vs_raw_min": min(ratios),
         "engine_vs_raw_max": max(ratios),
     }
@@ -287,7 +295,7 @@ def main() -> int:
         "--guard-rounds",
         type=int,
         default=0,
-        help="B10 mode: this many interleaved raw/engine rounds over --workflows (median ratio)",
+        help="B10 mode: this many interleaved raw/engine rounds over --workflows (best-round ratio)",
     )
     args = parser.parse_args()
     result = guard(args.workflows, args.guard_rounds) if args.guard_rounds else measure(args.workflows, args.repeats)
@@ -301,7 +309,7 @@ def main() -> int:
     if args.min_ratio is not None and result["engine_vs_raw"] < args.min_ratio:
         print(
             f"FAIL: engine is at {result['engine_vs_raw']:.1%} of the raw floor "
-            f"(median of the rounds), below {args.min_ratio:.0%}",
+            f"(best round of each side), below {args.min_ratio:.0%}",
             file=sys.stderr,
         )
         return 1
