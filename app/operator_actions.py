@@ -21,6 +21,7 @@ from werkzeug.exceptions import HTTPException
 
 from app.errors import REFUSALS, status_for
 from app.extensions import db
+from engine import instrumentation
 from engine.models import OperatorAction, utcnow
 from engine.serialization import compact_size, to_json_value
 from engine.workflow import Workflow
@@ -153,6 +154,10 @@ def _record(
         message=_audit_text(message),
     )
     db.session.add(row)
+    # Feeds geneva_drive_operator_actions_total (engine.prometheus) and any other receiver.
+    instrumentation.operator_action.send(
+        "app", action=action, result=result, actor=actor, workflow_id=workflow_id
+    )
     return row
 
 

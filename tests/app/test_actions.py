@@ -285,3 +285,17 @@ def test_the_action_precedes_what_it_caused_in_the_timeline(operator_client, mak
     assert timeline.index("<strong>Resume at</strong> by olga") < timeline.index(
         "<strong><code>ship</code></strong>"
     )
+
+
+def test_operator_actions_feed_the_prometheus_counter(operator_client, make_workflow):
+    from prometheus_client import REGISTRY
+
+    from engine import prometheus
+
+    prometheus.install()
+    before = REGISTRY.get_sample_value("geneva_drive_operator_actions_total", {"action": "pause"})
+    wf = make_workflow()
+    response = post(operator_client, f"/workflows/{wf.id}/pause")
+    assert response.status_code in (200, 302, 303)
+    after = REGISTRY.get_sample_value("geneva_drive_operator_actions_total", {"action": "pause"})
+    assert (after or 0.0) == (before or 0.0) + 1
