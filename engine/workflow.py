@@ -131,6 +131,9 @@ class Workflow(TimestampMixin, Base):
             postgresql_where=text(_ONGOING_UNIQUE),
             sqlite_where=text(_ONGOING_UNIQUE_SQLITE),
         ),
+        # SQLite would otherwise reuse the ids of workflows housekeeping deleted, and the audit
+        # log (no foreign key, it outlives workflows) would show old actions on a new workflow.
+        {"sqlite_autoincrement": True},
     )
 
     # --- class-level DSL (declared in subclasses; collected by __init_subclass__) -------------

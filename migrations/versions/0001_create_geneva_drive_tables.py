@@ -51,7 +51,8 @@ def upgrade():
     sa.Column('transitioned_at', engine.models.UTCDateTime(timezone=True), nullable=True),
     sa.Column('created_at', engine.models.UTCDateTime(timezone=True), nullable=False),
     sa.Column('updated_at', engine.models.UTCDateTime(timezone=True), nullable=False),
-    sa.PrimaryKeyConstraint('id', name=op.f('pk_geneva_drive_workflows'))
+    sa.PrimaryKeyConstraint('id', name=op.f('pk_geneva_drive_workflows')),
+    sqlite_autoincrement=True
     )
     with op.batch_alter_table('geneva_drive_workflows', schema=None) as batch_op:
         batch_op.create_index('index_geneva_drive_workflows_on_hero', ['hero_type', 'hero_id'], unique=False)

@@ -500,3 +500,29 @@ def test_moving_to_another_class_is_only_for_orphans_and_respects_uniqueness(gen
             assert loaded.type == "CreateMoveGone"
     finally:
         unregister("CreateMoveGone")
+
+
+def test_sqlite_never_reuses_the_id_of_a_deleted_workflow(geneva_session):
+    """The audit log outlives workflows (no foreign key), so an id must never come back."""
+    from sqlalchemy import delete
+
+    from engine.workflow import Workflow as Base_
+
+    if geneva_session.get_bind().dialect.name != "sqlite":
+        pytest.skip("PostgreSQL identities never reuse ids")
+
+    class IdReuseFlow(Workflow):
+        may_proceed_without_hero = True
+
+        @step
+        def only(self):
+            pass
+
+    first = IdReuseFlow.create(session=geneva_session)
+    geneva_session.commit()
+    first_id = first.id
+    geneva_session.execute(delete(Base_).where(Base_.id == first_id))
+    geneva_session.commit()
+    second = IdReuseFlow.create(session=geneva_session)
+    geneva_session.commit()
+    assert second.id > first_id
