@@ -53,7 +53,40 @@ class DemoFeed(Base):
     fetch_attempts: Mapped[int] = mapped_column(Integer, default=0)
 
 
+class DemoMember(Base):
+    """A forum member who asked to be erased (the hero of ``UserErasureWorkflow``)."""
+
+    __tablename__ = "demo_members"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    email: Mapped[str] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(String(255))
+    #: Set when the member's data export (and the 30-day notice) was sent.
+    export_sent: Mapped[bool] = mapped_column(Boolean, default=False)
+    #: Set when the member withdraws the erasure request during the grace period.
+    erasure_withdrawn: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class DemoPost(Base):
+    """A member's forum post; erasure keeps the thread readable but anonymizes the post."""
+
+    __tablename__ = "demo_posts"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    member_id: Mapped[int | None] = mapped_column(
+        ForeignKey("demo_members.id"), index=True, nullable=True
+    )
+    author_name: Mapped[str] = mapped_column(String(255))
+    body: Mapped[str] = mapped_column(String(2000))
+
+
 DEMO_TABLES: list[Table] = [
     m.__table__  # type: ignore[misc]
-    for m in (DemoCustomer, DemoOrder, DemoCampaign, DemoSubscriber, DemoFeed)
+    for m in (
+        DemoCustomer,
+        DemoOrder,
+        DemoCampaign,
+        DemoSubscriber,
+        DemoFeed,
+        DemoMember,
+        DemoPost,
+    )
 ]

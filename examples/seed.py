@@ -4,7 +4,8 @@
 leaves: scheduled work due now, soon and in days; overdue executions; payments parked for a
 signal and one with a buffered signal; workflows paused after an error; workflows stranded
 on a deleted step and executions in flight on a removed step (gravestone); finished and
-canceled workflows; campaign chains part-way through their resumable step.
+canceled workflows; campaign chains part-way through their resumable step; erasures in their
+grace period, done (the member deleted) and withdrawn (canceled).
 
 :func:`run_ticker` keeps the demo alive: every couple of seconds it starts a new workflow and
 confirms a parked payment, so the dashboard always has something moving.
@@ -27,8 +28,17 @@ from engine.states import CURRENT_STEP_STATES
 from engine.workflow import Workflow
 from examples import _work
 from examples.campaign import CampaignWorkflow
+from examples.erasure import UserErasureWorkflow
 from examples.flaky import FeedImportWorkflow
-from examples.models import DemoCampaign, DemoCustomer, DemoFeed, DemoOrder, DemoSubscriber
+from examples.models import (
+    DemoCampaign,
+    DemoCustomer,
+    DemoFeed,
+    DemoMember,
+    DemoOrder,
+    DemoPost,
+    DemoSubscriber,
+)
 from examples.onboarding import OnboardingWorkflow
 from examples.payment import PaymentWorkflow
 
@@ -39,6 +49,7 @@ DEMO_TYPES = [
     PaymentWorkflow.workflow_name,
     CampaignWorkflow.workflow_name,
     FeedImportWorkflow.workflow_name,
+    UserErasureWorkflow.workflow_name,
 ]
 
 
@@ -51,7 +62,7 @@ def is_seeded() -> bool:
 def seed(scale: float = 1.0, stop: threading.Event | None = None) -> int:
     """Create the demo workflows (``scale`` multiplies the counts); return how many.
 
-    Every state is present from ``scale=0.1`` up (about 25 workflows; the default makes 252).
+    Every state is present from ``scale=0.1`` up (about 30 workflows; the default makes 268).
 
     ``stop`` ends seeding early (Ctrl-C while ``up --demo`` is still seeding).
     """
@@ -66,7 +77,13 @@ def seed(scale: float = 1.0, stop: threading.Event | None = None) -> int:
     set_error_reporter(lambda error, context: None)
     try:
         created = 0
-        for part in (_seed_onboarding, _seed_payments, _seed_campaigns, _seed_feeds):
+        for part in (
+            _seed_onboarding,
+            _seed_payments,
+            _seed_campaigns,
+            _seed_feeds,
+            _seed_erasures,
+        ):
             if stop is not None and stop.is_set():
                 break
             created += part(rng, scale)
@@ -257,6 +274,37 @@ def _seed_feeds(rng: random.Random, scale: float) -> int:
             _advance(wf, 1)  # timed out once: reattempt scheduled in 5 s
         elif i % 8 == 0:
             _finish(wf)
+    return count
+
+
+def _seed_erasures(rng: random.Random, scale: float) -> int:
+    count = 0
+    for i in range(max(4, round(16 * scale))):
+        if _stopping():
+            break
+        with db.transaction() as session:
+            member = DemoMember(email=f"member{i}@forum.example", name=f"Member {i + 1}")
+            session.add(member)
+            session.flush()
+            session.add_all(
+                DemoPost(member_id=member.id, author_name=member.name, body=f"Post {n} by {i}")
+                for n in range(rng.randint(1, 4))
+            )
+            wf = int(UserErasureWorkflow.create(hero=member, session=session).id)
+            member_id = member.id
+        count += 1
+        bucket = i % 4
+        if bucket in (0, 1):
+            _advance(wf, 1)  # export sent: in the 30-day grace period
+        elif bucket == 2:
+            _finish(wf)  # posts anonymized, member deleted
+        else:
+            _advance(wf, 1)  # withdrawn during the grace period: canceled when the step runs
+            with db.transaction() as session:
+                withdrawn = session.get(DemoMember, member_id)
+                assert withdrawn is not None
+                withdrawn.erasure_withdrawn = True
+            _advance(wf, 1)
     return count
 
 

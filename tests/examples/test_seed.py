@@ -27,6 +27,8 @@ def test_small_seed_covers_every_state(geneva_session):
     assert {"ready", "paused", "finished", "canceled"} <= states
     assert by_type[("FeedImportWorkflow", "paused")] >= 1  # paused after an error
     assert by_type[("PaymentWorkflow", "paused")] >= 1  # paused by an operator
+    for state in ("ready", "finished", "canceled"):  # grace period, erased, withdrawn
+        assert by_type[("UserErasureWorkflow", state)] >= 1
 
     def executions(*conditions):
         return s.scalar(select(func.count()).select_from(StepExecution).where(*conditions))
