@@ -44,7 +44,7 @@ from datetime import datetime
 from sqlalchemy import Select, Table, delete, func, select
 from sqlalchemy.orm import Session
 
-from engine import db, metrics_facade, scheduling
+from engine import db, scheduling
 from engine.config import settings
 from engine.executor import transition_step
 from engine.instrumentation import ContextAdapter, housekeeping_performed, report_error
@@ -345,53 +345,13 @@ def _recover(session: Session, workflow: Workflow, execution: StepExecution, now
 
 
 def report_gauges(now: datetime) -> None:
-    """Emit the gem's gauges (reference §4.5) through :func:`metrics_facade.set_gauge`."""
+    """Emit the gem's gauges (reference §4.5) through :func:`metrics_facade.set_gauge`.
+
+    The counts come from :func:`engine.metrics.collect`, the same grouped queries that
+    ``/metrics`` and the dashboard overview read, so the three can never disagree.
+    """
+    from engine import metrics
+
     with db.new_session() as session:
-        rows = session.execute(
-            select(_workflows.c.state, _workflows.c.type, func.count()).group_by(
-                _workflows.c.state, _workflows.c.type
-            )
-        ).all()
-        waiting = _waiting_counts(session, None)
-        threshold = settings.waiting_visibility_threshold
-        overdue = _waiting_counts(session, now - threshold) if threshold is not None else None
-
-    by_state: dict[str, int] = {}
-    per_class: dict[str, int] = {}
-    paused: dict[str, int] = {}
-    for state, workflow_type, count in rows:
-        by_state[state] = by_state.get(state, 0) + count
-        per_class[workflow_type] = per_class.get(workflow_type, 0) + count
-        if state == WorkflowState.PAUSED:
-            paused[workflow_type] = paused.get(workflow_type, 0) + count
-        metrics_facade.set_gauge(f"geneva_drive.{state}", count, {"workflow": workflow_type})
-    for state, count in by_state.items():
-        metrics_facade.set_gauge(f"geneva_drive.{state}", count)
-    for workflow_type, total in per_class.items():
-        ratio = paused.get(workflow_type, 0) / total if total else 0.0
-        metrics_facade.set_gauge("geneva_drive.paused_ratio", ratio, {"workflow": workflow_type})
-
-    metrics_facade.set_gauge("geneva_drive.waiting_step_executions", sum(waiting.values()))
-    for workflow_type, count in waiting.items():
-        metrics_facade.set_gauge(
-            "geneva_drive.waiting_step_executions", count, {"workflow": workflow_type}
-        )
-    if overdue is not None:
-        metrics_facade.set_gauge("geneva_drive.waiting_overdue", sum(overdue.values()))
-        for workflow_type, count in overdue.items():
-            metrics_facade.set_gauge(
-                "geneva_drive.waiting_overdue", count, {"workflow": workflow_type}
-            )
-
-
-def _waiting_counts(session: Session, since_before: datetime | None) -> dict[str, int]:
-    query = (
-        select(_workflows.c.type, func.count())
-        .select_from(_executions)
-        .join(_workflows, _workflows.c.id == _executions.c.workflow_id)
-        .where(_executions.c.state == StepState.WAITING)
-        .group_by(_workflows.c.type)
-    )
-    if since_before is not None:
-        query = query.where(_executions.c.waiting_since < since_before)
-    return {workflow_type: int(count) for workflow_type, count in session.execute(query)}
+        snapshot = metrics.collect(session, now)
+    metrics.report_gauges(snapshot)
