@@ -26,7 +26,7 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from engine import db, scheduling, signals
+from engine import db, persistence, scheduling, signals
 from engine.errors import StepConfigurationError, StepNotDefinedError
 from engine.flow_control import FlowAction, FlowControlSignal, Interrupt
 from engine.instrumentation import ContextAdapter, instrument, report_error
@@ -243,6 +243,7 @@ class Executor:
         return workflow, execution
 
     def _commit(self) -> None:
+        persistence.flush(self.session)
         self.session.commit()
 
     def _context(self, workflow: Workflow, execution: StepExecution) -> dict[str, Any]:

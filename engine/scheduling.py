@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import ColumnElement, Table, Update, bindparam, literal_column, select, update
 from sqlalchemy.orm import Session
 
-from engine import db
+from engine import db, persistence
 from engine.config import settings
 from engine.job_options import merge
 from engine.models import StepExecution, UTCDateTime, utcnow
@@ -193,7 +193,12 @@ def _insert_execution(
     message = plan_send(workflow, step_def, scheduled_for)
     if not fresh:  # a workflow inserted in this very call has no executions to sweep
         cancel_stray_executions(session, workflow)
-    execution = StepExecution(
+    if workflow.next_step_name != step_name:  # unchanged: no UPDATE of the workflow row
+        workflow.next_step_name = step_name
+    # One Core INSERT (the changes made so far are written first, by Core UPDATEs): the unit
+    # of work would cost more than the rest of the step (engine/persistence.py).
+    execution = persistence.insert_execution(
+        session,
         workflow_id=workflow.id,
         step_name=step_name,
         state=StepState.SCHEDULED,
@@ -202,10 +207,6 @@ def _insert_execution(
         sent_at=now if message else None,
         **columns,
     )
-    session.add(execution)
-    if workflow.next_step_name != step_name:  # unchanged: no UPDATE of the workflow row
-        workflow.next_step_name = step_name
-    session.flush()
     if message is not None:
         message.execution_id = execution.id
         queue_message(session, message)

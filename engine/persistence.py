@@ -1,0 +1,182 @@
+"""Writing the engine's own rows: one Core statement per row, the ORM objects kept in sync.
+
+The executor and the scheduler change a loaded workflow and its executions through the ORM
+objects (the state machine, user hooks and conditions all see and may change them). Letting the
+ORM unit of work write those changes costs more than everything else a step does: for each
+flush it sorts the session's states by mapper dependency, diffs every attribute's history and
+builds the statements anew - about half of a step's CPU time (bench/RESULTS.md, B1).
+
+Here the same changes are written with one prebuilt Core ``UPDATE`` (or ``INSERT``) per row,
+binding exactly the columns whose attributes changed, and the objects are then marked clean as a
+flush would leave them. What the fast path does not cover - a changed relationship, a pending
+delete, any other kind of object - falls back to ``Session.flush()``, so the contract of the
+unit of work (every change made to a loaded object is written) holds either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Column, Insert, Table, Update, bindparam, insert, inspect, update
+from sqlalchemy.orm import (
+    ColumnProperty,
+    InstanceState,
+    Mapper,
+    Session,
+    make_transient_to_detached,
+)
+from sqlalchemy.orm.base import NO_VALUE
+
+from engine.models import StepExecution, utcnow
+
+# The tables written here: workflows (every Workflow subclass shares the one table) and step
+# executions. Named, not imported: engine.workflow imports the scheduler, which imports this.
+_FAST_TABLES = frozenset({"geneva_drive_workflows", "geneva_drive_step_executions"})
+
+# (table, columns) -> the prebuilt UPDATE; columns are the changed ones in a stable order.
+_updates: dict[tuple[str, tuple[str, ...]], Update] = {}
+_inserts: dict[tuple[str, tuple[str, ...]], Insert] = {}
+# mapper -> attribute key -> its single column (None for anything else: relationships, ...)
+_columns: dict[Mapper[Any], dict[str, Column[Any] | None]] = {}
+
+
+def _column_map(mapper: Mapper[Any]) -> dict[str, Column[Any] | None]:
+    found = _columns.get(mapper)
+    if found is None:
+        found = {}
+        for prop in mapper.iterate_properties:
+            column: Column[Any] | None = None
+            if isinstance(prop, ColumnProperty) and len(prop.columns) == 1:
+                candidate = prop.columns[0]
+                if isinstance(candidate, Column) and candidate.table is mapper.persist_selectable:
+                    column = candidate
+            found[prop.key] = column
+        _columns[mapper] = found
+    return found
+
+
+def _table(mapper: Mapper[Any]) -> Table:
+    table = mapper.persist_selectable
+    if not isinstance(table, Table):  # a mapping to a join or select is not ours to write
+        raise TypeError(f"{mapper.class_.__name__} is not mapped to one table")
+    return table
+
+
+def _update_statement(table: Table, names: tuple[str, ...]) -> Update:
+    key = (table.name, names)
+    statement = _updates.get(key)
+    if statement is None:
+        values = {name: bindparam(f"v_{name}", type_=table.c[name].type) for name in names}
+        statement = update(table).where(table.c.id == bindparam("pk")).values(values)
+        _updates[key] = statement
+    return statement
+
+
+def _insert_statement(table: Table, names: tuple[str, ...]) -> Insert:
+    key = (table.name, names)
+    statement = _inserts.get(key)
+    if statement is None:
+        values = {name: bindparam(f"v_{name}", type_=table.c[name].type) for name in names}
+        statement = insert(table).values(values)
+        _inserts[key] = statement
+    return statement
+
+
+def _changed_columns(state: InstanceState[Any]) -> dict[str, Any] | None:
+    """Column name -> new value for every changed attribute; None if one is not a column.
+
+    An attribute set back to the value it was loaded with is no change, as for the unit of
+    work (which then writes no UPDATE at all).
+    """
+    columns = _column_map(state.mapper)
+    changed: dict[str, Any] = {}
+    dict_ = state.dict
+    for key, original in state.committed_state.items():
+        column = columns.get(key)
+        if column is None or key not in dict_:
+            return None
+        value = dict_[key]
+        if original is not NO_VALUE and value == original:
+            continue
+        changed[column.name] = value
+    return changed
+
+
+def flush(session: Session) -> None:
+    """Write the session's pending changes, workflows and executions by Core UPDATE.
+
+    Anything else that is pending (new or deleted objects, other classes, relationship
+    changes) is left to ``Session.flush()`` afterwards, which then finds the fast-written
+    objects clean.
+    """
+    identity_map = session.identity_map
+    rest = bool(session.new) or bool(session.deleted)
+    for obj in list(session.dirty):
+        state: InstanceState[Any] = inspect(obj)
+        table = state.mapper.persist_selectable
+        if not isinstance(table, Table) or table.name not in _FAST_TABLES:
+            rest = True
+            continue
+        if not state.has_identity or not state.committed_state:
+            rest = rest or state.modified
+            continue
+        changed = _changed_columns(state)
+        if changed is None:
+            rest = True
+            continue
+        if not changed:
+            state._commit_all(state.dict, identity_map)
+            continue
+        if "updated_at" not in changed:
+            now = utcnow()
+            changed["updated_at"] = now
+            state.dict["updated_at"] = now
+        names = tuple(sorted(changed))
+        params = {f"v_{name}": changed[name] for name in names}
+        params["pk"] = state.identity[0] if state.identity else None
+        session.connection().execute(_update_statement(table, names), params)
+        state._commit_all(state.dict, identity_map)
+    if rest:
+        session.flush()
+
+
+def insert_execution(session: Session, **values: Any) -> StepExecution:
+    """INSERT one step execution by Core and return it as a persistent (clean) ORM object.
+
+    Pending changes are written first: the new row may only be valid once the previous
+    execution has left its active state (the one-active index).
+    """
+    flush(session)
+    now = utcnow()
+    values.setdefault("created_at", now)
+    values.setdefault("updated_at", now)
+    mapper: Mapper[Any] = inspect(StepExecution)
+    columns = _column_map(mapper)
+    table = _table(mapper)
+    # None is left out, as the unit of work leaves it out: the column's NULL default applies
+    # (a JSON column would otherwise store the JSON literal null).
+    row: dict[str, Any] = {}
+    for key, value in values.items():
+        column = columns.get(key)
+        if column is None:
+            raise TypeError(f"StepExecution has no column attribute {key!r}")
+        if value is not None:
+            row[column.name] = value
+    names = tuple(sorted(row))
+    result = session.connection().execute(
+        _insert_statement(table, names), {f"v_{name}": row[name] for name in names}
+    )
+    primary_key = result.inserted_primary_key
+    assert primary_key is not None
+    # Every column attribute is set (None where the row has NULL), so the object never has
+    # to refresh itself; then it joins the session as a loaded row would: persistent, clean.
+    loaded = dict.fromkeys(key for key, column in columns.items() if column is not None)
+    loaded.update(values)
+    loaded["id"] = int(primary_key[0])
+    execution = StepExecution(**loaded)
+    make_transient_to_detached(execution)
+    session.add(execution)
+    return execution
+
+
+__all__ = ["flush", "insert_execution"]
