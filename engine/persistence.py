@@ -173,7 +173,9 @@ def insert_execution(session: Session, **values: Any) -> StepExecution:
     loaded = dict.fromkeys(key for key, column in columns.items() if column is not None)
     loaded.update(values)
     loaded["id"] = int(primary_key[0])
-    execution = StepExecution(**loaded)
+    # Built as the ORM builds a loaded row (no __init__, no attribute events per column).
+    execution: StepExecution = mapper.class_manager.new_instance()
+    inspect(execution).dict.update(loaded)
     make_transient_to_detached(execution)
     session.add(execution)
     return execution

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 from sqlalchemy import event, inspect, select, text
 
 from engine import Workflow, db, persistence, step
@@ -199,3 +200,29 @@ def test_a_column_set_back_to_its_loaded_value_is_not_written(geneva_session):
     assert _writes(seen) == []
     assert not inspect(workflow).modified
     assert workflow.updated_at == loaded_at
+
+
+def test_postgresql_commits_the_start_transition_asynchronously_and_the_outcome_durably(
+    geneva_session,
+):
+    """The start commit skips its WAL flush; finalize's commit (the outcome) waits for it."""
+    if db.is_sqlite(geneva_session):
+        pytest.skip("synchronous_commit is PostgreSQL's; SQLite WAL + NORMAL never fsyncs a commit")
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    modes: list[str] = []
+    engine = db.get_engine()
+
+    def before_commit(conn):  # type: ignore[no-untyped-def]
+        modes.append(conn.exec_driver_sql("SELECT current_setting('synchronous_commit')").scalar())
+
+    event.listen(engine, "commit", before_commit)
+    try:
+        execute(workflow.current_execution.id)
+    finally:
+        event.remove(engine, "commit", before_commit)
+    assert modes == ["off", "on"]
+    assert [(e.step_name, e.state) for e in executions(geneva_session, workflow)] == [
+        ("first", "completed"),
+        ("second", "scheduled"),
+    ]
