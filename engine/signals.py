@@ -15,7 +15,7 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm import Session
 
 from engine import scheduling
@@ -183,7 +183,7 @@ def deliver(
     # Lock first (on SQLite this opens the write transaction), then do everything in a
     # savepoint: an error anywhere inside leaves no signal row, no claim and no woken
     # execution behind, and drops the messages queued inside (engine.transport).
-    scheduling.lock_workflow(session, workflow)
+    _lock_or_refuse(session, workflow, name)
     with session.begin_nested():
         signal, duplicate = _insert_or_find(session, workflow, name, key, data)
         if not duplicate and workflow.state != WorkflowState.PAUSED:
@@ -213,6 +213,22 @@ def _bounded_text(text: str, what: str) -> str:
             f"The {what} is {len(text)} characters long; at most {MAX_NAME_LENGTH} are allowed"
         )
     return check_text(text, f"The {what}")
+
+
+def _lock_or_refuse(session: Session, workflow: Workflow, name: str) -> None:
+    cls, workflow_id = type(workflow), workflow.id
+    try:
+        scheduling.lock_workflow(session, workflow)
+    except InvalidRequestError as error:
+        # 2026-11-29, issue 8: housekeeping deletes an old finished workflow in its own short
+        # transaction, so it can vanish between the caller loading it and this lock (a webhook
+        # retrying a signal to a long-finished workflow). That is a refusal, not a crash.
+        if session.scalar(select(cls.id).where(cls.id == workflow_id)) is not None:
+            raise
+        raise WorkflowNotOngoing(
+            f'Cannot deliver signal "{name}" to a workflow housekeeping deleted '
+            f"({cls.__name__} #{workflow_id})"
+        ) from error
 
 
 def _insert_or_find(

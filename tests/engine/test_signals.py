@@ -237,6 +237,19 @@ def test_terminal_workflows_refuse_new_signals(order, geneva_session, terminal):
     assert count_signals(geneva_session) == before
 
 
+def test_a_workflow_housekeeping_deleted_after_it_was_loaded_refuses_signals(order, geneva_session):
+    wf = GoFlow.create(hero=order)
+    wf.cancel()
+    geneva_session.commit()
+    # Housekeeping deletes it in its own transaction; the caller still holds the loaded object.
+    with db.transaction() as other:
+        other.execute(Workflow.__table__.delete().where(Workflow.__table__.c.id == wf.id))
+    with pytest.raises(WorkflowNotOngoing, match="to a workflow housekeeping deleted"):
+        wf.signal("late", idempotency_key="webhook-retry")
+    geneva_session.rollback()
+    assert count_signals(geneva_session) == 0
+
+
 def test_redelivery_of_the_event_that_finished_a_workflow_is_not_an_error(order, geneva_session):
     wf = GoFlow.create(hero=order)
     original = wf.signal("go", payload={"n": 1}, idempotency_key="evt-9")
