@@ -54,7 +54,8 @@ class Settings:
     stuck_in_progress_threshold: timedelta = timedelta(hours=1)
     #: GENEVA_STUCK_SCHEDULED_THRESHOLD — a scheduled execution overdue by longer is stuck.
     stuck_scheduled_threshold: timedelta = timedelta(minutes=15)
-    #: GENEVA_HOUSEKEEPING_BATCH_SIZE — rows per deletion / recovery batch.
+    #: GENEVA_HOUSEKEEPING_BATCH_SIZE — workflows per cleanup transaction (with their
+    #: executions and signals, at most 5x as many rows in all); executions per recovery batch.
     housekeeping_batch_size: int = 1000
     #: GENEVA_STUCK_RECOVERY_ACTION — "reattempt" or "cancel".
     stuck_recovery_action: str = "reattempt"

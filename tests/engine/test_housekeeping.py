@@ -4,10 +4,11 @@ and the gem's gauges through the metrics facade (reference signals-policies-hous
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import false, func, select
 
 from engine import Workflow, housekeeping, metrics_facade, resumable_step, settings, step
 from engine.housekeeping import HousekeepingReport
@@ -161,6 +162,165 @@ def test_cleanup_is_disabled_by_none(geneva_session):
     report = housekeeping.run()
     assert report.as_dict() == HousekeepingReport().as_dict()
     assert _count(geneva_session, Workflow) == 1
+
+
+def _old_finished(session, count, cls=HkTwoStepWorkflow):
+    """``count`` finished workflows moved back past the cleanup threshold."""
+    made = []
+    for _ in range(count):
+        wf = _create(session, cls)
+        speedrun_workflow(wf)
+        made.append(wf)
+    long_ago = utcnow() - timedelta(days=31)
+    for wf in made:
+        wf.transitioned_at = long_ago
+    session.commit()
+    return made
+
+
+def _slices(monkeypatch):
+    """Record what every committed-or-not cleanup slice deleted: (executions, signals, wfs)."""
+    seen = []
+    real = housekeeping._delete_workflows
+
+    def recording(session, ids, postgres):
+        counts = real(session, ids, postgres)
+        seen.append(counts)
+        return counts
+
+    monkeypatch.setattr(housekeeping, "_delete_workflows", recording)
+    return seen
+
+
+def test_cleanup_over_many_slices_deletes_exact_counts_within_the_slice_caps(
+    geneva_session, monkeypatch
+):
+    settings.housekeeping_batch_size = 2  # workflows per slice; at most 5 x 2 rows in all
+    small = _old_finished(geneva_session, 9)  # 3 rows each: itself + 2 executions
+    waited = []
+    for _ in range(3):  # 3 rows each too: itself, 1 execution, 1 signal
+        wf = _create(geneva_session, HkSignalWorkflow)
+        wf.signal("go")
+        geneva_session.commit()
+        wf.cancel()
+        geneva_session.commit()
+        waited.append(wf)
+    (big,) = _old_finished(geneva_session, 1, HkResumableWorkflow)  # several links
+    huge = _create(geneva_session)
+    speedrun_workflow(huge)
+    for _ in range(10):  # 12 executions: more than a slice may hold, so a slice alone
+        geneva_session.add(
+            StepExecution(
+                workflow_id=huge.id,
+                step_name="first",
+                state="completed",
+                scheduled_for=utcnow(),
+            )
+        )
+    recent = _old_finished(geneva_session, 1)[0]
+    ongoing = _create(geneva_session)
+    long_ago = utcnow() - timedelta(days=31)
+    for wf in [*waited, huge, ongoing]:
+        wf.transitioned_at = long_ago
+    recent.transitioned_at = utcnow()
+    geneva_session.commit()
+    executions_before = {
+        wf.id: len(_executions(geneva_session, wf)) for wf in [*small, *waited, big, huge]
+    }
+    slices = _slices(monkeypatch)
+
+    report = housekeeping.run()
+
+    assert report.workflows_cleaned_up == 9 + 3 + 1 + 1
+    assert report.step_executions_cleaned_up == sum(executions_before.values())
+    assert report.signals_cleaned_up == 3
+    assert set(geneva_session.scalars(select(Workflow.id))) == {recent.id, ongoing.id}
+    geneva_session.expire_all()
+    assert _count(geneva_session, StepExecution) == 2 + 1
+    assert _count(geneva_session, Signal) == 0
+    assert len(slices) >= 14 // 2
+    for executions, signals, workflows in slices:
+        assert workflows <= 2
+        # Within the row cap, unless one workflow alone is bigger than it.
+        assert executions + signals + workflows <= 10 or workflows == 1
+    assert (12, 0, 1) in slices
+
+
+def test_cleanup_loop_ends_even_when_no_slice_deletes_anything(geneva_session, monkeypatch):
+    settings.housekeeping_batch_size = 2
+    made = _old_finished(geneva_session, 5)
+    real = housekeeping._old
+    calls = []
+
+    def candidates_match_but_the_recheck_never_does(cutoff):
+        calls.append(cutoff)
+        # Every second call is the re-check under the lock: as if each chosen workflow had
+        # moved on between the slice's read and its lock.
+        return real(cutoff) if len(calls) % 2 else false()
+
+    monkeypatch.setattr(housekeeping, "_old", candidates_match_but_the_recheck_never_does)
+    slices = []
+    real_slice = housekeeping._cleanup_slice
+
+    def guarded(*args):
+        slices.append(args)
+        assert len(slices) < 20, "the cleanup keyset stopped advancing"
+        return real_slice(*args)
+
+    monkeypatch.setattr(housekeeping, "_cleanup_slice", guarded)
+    report = housekeeping.run()
+    assert report.workflows_cleaned_up == report.step_executions_cleaned_up == 0
+    assert len(slices) == 3 + 1  # two workflows per slice, then the read that finds none
+    assert _count(geneva_session, Workflow) == len(made)
+
+
+def _postgres_only(session):
+    if session.get_bind().dialect.name != "postgresql":
+        pytest.skip("row locks are PostgreSQL's; SQLite serializes writers")
+
+
+def _cleanup_in_thread():
+    report = HousekeepingReport()
+    thread = threading.Thread(target=housekeeping.cleanup, args=(utcnow(), report))
+    thread.start()
+    return thread, report
+
+
+def test_cleanup_waits_for_a_workflow_locked_elsewhere_then_deletes_it(geneva_session):
+    _postgres_only(geneva_session)
+    locked, _free = _old_finished(geneva_session, 2)
+    # A signal delivery or an operator holds the workflow lock right now.
+    geneva_session.scalars(select(Workflow).where(Workflow.id == locked.id).with_for_update()).one()
+    thread, report = _cleanup_in_thread()
+    thread.join(0.5)
+    assert thread.is_alive(), "cleanup should wait for the lock, not skip the workflow"
+    geneva_session.commit()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert report.workflows_cleaned_up == 2
+    assert report.step_executions_cleaned_up == 4
+    assert _count(geneva_session, Workflow) == 0
+
+
+def test_cleanup_keeps_a_workflow_that_stopped_being_old_and_finished_under_it(geneva_session):
+    _postgres_only(geneva_session)
+    moved, revived, _deleted = _old_finished(geneva_session, 3)
+    for wf in (moved, revived):
+        geneva_session.scalars(select(Workflow).where(Workflow.id == wf.id).with_for_update()).one()
+    thread, report = _cleanup_in_thread()
+    thread.join(0.5)
+    assert thread.is_alive()
+    # While cleanup waits: one workflow is made ongoing again, one is touched recently.
+    revived.state = "ready"
+    moved.transitioned_at = utcnow()
+    geneva_session.commit()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert report.workflows_cleaned_up == 1
+    assert report.step_executions_cleaned_up == 2
+    assert set(geneva_session.scalars(select(Workflow.id))) == {moved.id, revived.id}
+    assert len(_executions(geneva_session, revived)) == 2
+    assert len(_executions(geneva_session, moved)) == 2
 
 
 # --- stuck in_progress -------------------------------------------------------------------------
