@@ -275,8 +275,12 @@ def _park(stack: Stack, n: int) -> list[int]:
     return ids
 
 
-def _signal(wf_id: int) -> float:
-    """Deliver ``go`` to one workflow; wall time just before the commit."""
+def _signal(wf_id: int) -> tuple[float, float]:
+    """Deliver ``go`` to one workflow; wall time just before the commit and once it returned.
+
+    The commit includes the signal row's own durable write (an fsync on PostgreSQL) and the
+    after-commit publish of the woken step; "committed" is when a webhook could answer 200.
+    """
     from engine import db
     from engine.workflow import Workflow
 
@@ -287,7 +291,8 @@ def _signal(wf_id: int) -> float:
         session.flush()
         t = time.time()
         session.commit()
-    return t
+        done = time.time()
+    return t, done
 
 
 def scenario_signals(stack: Stack, quick: bool) -> dict[str, Any]:
@@ -295,19 +300,26 @@ def scenario_signals(stack: Stack, quick: bool) -> dict[str, Any]:
     n = 50 if quick else 200
     ids = _park(stack, n)
     sequential = []
+    sequential_committed = []
+    commit_ms = []
     for wf in ids:
-        t_commit = _signal(wf)
+        t_commit, t_committed = _signal(wf)
         if not t.wait_for([("SignalFlow", wf, 1)], 30, sleep=0.0002):
             break
-        sequential.append(t.rows[("SignalFlow", wf, 1)][0][0] - t_commit)
+        started = t.rows[("SignalFlow", wf, 1)][0][0]
+        sequential.append(started - t_commit)
+        sequential_committed.append(started - t_committed)
+        commit_ms.append(t_committed - t_commit)
     ids = _park(stack, n)
-    sent = {wf: _signal(wf) for wf in ids}
+    sent = {wf: _signal(wf)[0] for wf in ids}
     t.wait_for([("SignalFlow", wf, 1) for wf in ids], 120, sleep=0.005)
     concurrent = [
         t.rows[("SignalFlow", wf, 1)][0][0] - sent[wf] for wf in ids if ("SignalFlow", wf, 1) in t.rows
     ]
     return {
         "sequential": summarize_ms(sequential),
+        "sequential_from_committed": summarize_ms(sequential_committed),
+        "signal_commit": summarize_ms(commit_ms),
         "concurrent_waiters": n,
         "concurrent": summarize_ms(concurrent),
     }

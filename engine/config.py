@@ -30,7 +30,7 @@ _NULLABLE_FIELDS = {
     "max_signal_payload_size",
 }
 _INT_FIELDS = {"housekeeping_batch_size", "max_cursor_size", "max_signal_payload_size"}
-_BOOL_FIELDS = {"enqueue_after_commit"}
+_BOOL_FIELDS = {"enqueue_after_commit", "synchronous_start_commit"}
 STUCK_RECOVERY_ACTIONS = ("reattempt", "cancel")
 
 
@@ -68,6 +68,11 @@ class Settings:
     #: GENEVA_ENQUEUE_AFTER_COMMIT — send step messages only after the creating transaction
     #: commits (the only safe choice in production); False sends at once.
     enqueue_after_commit: bool = True
+    #: GENEVA_SYNCHRONOUS_START_COMMIT — PostgreSQL: also wait for the WAL flush of a step's
+    #: start transition (one fsync more per step). False (the default) commits it with
+    #: ``synchronous_commit = off``: a database server crash may then revert a just-started
+    #: execution to scheduled, and it runs again; every outcome is committed synchronously.
+    synchronous_start_commit: bool = False
     #: GENEVA_DISPATCH_INTERVAL — how often the dispatcher looks for due executions.
     dispatch_interval: timedelta = timedelta(seconds=5)
     #: GENEVA_DISPATCH_HORIZON — executions due within this are sent at commit with a countdown;

@@ -27,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from engine import db, persistence, scheduling, signals
+from engine.config import settings
 from engine.errors import StepConfigurationError, StepNotDefinedError
 from engine.flow_control import FlowAction, FlowControlSignal, Interrupt
 from engine.instrumentation import ContextAdapter, instrument, report_error
@@ -295,7 +296,11 @@ class Executor:
                 },
             )
             prepared = self.prepare(workflow, execution)
-            if prepared is not None and not db.is_sqlite(self.session):
+            if (
+                prepared is not None
+                and not settings.synchronous_start_commit
+                and not db.is_sqlite(self.session)
+            ):
                 # The start transition need not wait for its own WAL flush (PostgreSQL: one
                 # fsync, 3-4 ms on this class of disk, the largest part of a hop). Lost only
                 # if the database server itself crashes before the next flush, it reverts

@@ -226,3 +226,25 @@ def test_postgresql_commits_the_start_transition_asynchronously_and_the_outcome_
         ("first", "completed"),
         ("second", "scheduled"),
     ]
+
+
+def test_synchronous_start_commit_makes_the_start_commit_wait_for_its_flush(geneva_session):
+    if db.is_sqlite(geneva_session):
+        pytest.skip("synchronous_commit is PostgreSQL's")
+    from engine.config import settings
+
+    settings.synchronous_start_commit = True  # the fixture restores the settings afterwards
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    modes: list[str] = []
+    engine = db.get_engine()
+
+    def before_commit(conn):  # type: ignore[no-untyped-def]
+        modes.append(conn.exec_driver_sql("SELECT current_setting('synchronous_commit')").scalar())
+
+    event.listen(engine, "commit", before_commit)
+    try:
+        execute(workflow.current_execution.id)
+    finally:
+        event.remove(engine, "commit", before_commit)
+    assert modes == ["on", "on"]
