@@ -181,4 +181,19 @@ def insert_execution(session: Session, **values: Any) -> StepExecution:
     return execution
 
 
-__all__ = ["flush", "insert_execution"]
+def refresh(session: Session, obj: Any, values: dict[str, Any]) -> None:
+    """Overwrite a loaded object's columns with a row just read (``populate_existing``).
+
+    ``values`` maps column names to the row's (type-processed) values. Pending changes must
+    have been written first (:func:`flush`), as the ORM's autoflush does before a query.
+    """
+    state: InstanceState[Any] = inspect(obj)
+    columns = _column_map(state.mapper)
+    dict_ = state.dict
+    for key, column in columns.items():
+        if column is not None and column.name in values:
+            dict_[key] = values[column.name]
+    state._commit_all(dict_, session.identity_map)
+
+
+__all__ = ["flush", "insert_execution", "refresh"]

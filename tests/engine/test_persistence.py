@@ -248,3 +248,85 @@ def test_synchronous_start_commit_makes_the_start_commit_wait_for_its_flush(gene
     finally:
         event.remove(engine, "commit", before_commit)
     assert modes == ["on", "on"]
+
+
+class PausedMidStepFlow(Workflow):
+    """Its body pauses the workflow from another connection, as an operator would."""
+
+    @step
+    def first(self) -> None:
+        with other_session() as other:
+            other.execute(
+                text("UPDATE geneva_drive_workflows SET state = 'paused' WHERE id = :id"),
+                {"id": self.id},
+            )
+            other.commit()
+
+    @step
+    def second(self) -> None:
+        pass
+
+
+class BodyWritesFlow(Workflow):
+    """Its body changes a column of its own workflow row through the ORM object."""
+
+    @step
+    def first(self) -> None:
+        self.metadata_ = {**(self.metadata_ or {}), "written_by_body": True}
+
+    @step
+    def second(self) -> None:
+        pass
+
+
+class BodyDetachesFlow(Workflow):
+    """Its body expunges everything from the session (finalize must load the rows again)."""
+
+    @step
+    def first(self) -> None:
+        from sqlalchemy.orm import object_session
+
+        session = object_session(self)
+        assert session is not None
+        session.expunge_all()
+
+    @step
+    def second(self) -> None:
+        pass
+
+
+def test_finalize_sees_what_another_connection_changed_while_the_body_ran(geneva_session):
+    workflow = PausedMidStepFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    execute(workflow.current_execution.id)
+    # Finalize read the operator's pause: the step is canceled, nothing next is scheduled.
+    assert [(e.step_name, e.state) for e in executions(geneva_session, workflow)] == [
+        ("first", "canceled"),
+    ]
+    geneva_session.refresh(workflow)
+    assert workflow.state == "paused"
+
+
+def test_finalize_writes_what_the_body_changed_on_its_workflow(geneva_session):
+    workflow = BodyWritesFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    execute(workflow.current_execution.id)
+    with other_session() as other:
+        metadata = other.scalar(select(Workflow.metadata_).where(Workflow.id == workflow.id))
+        state = other.scalar(select(Workflow.state).where(Workflow.id == workflow.id))
+    assert metadata is not None and metadata.get("written_by_body") is True
+    assert state == "ready"
+    assert [(e.step_name, e.state) for e in executions(geneva_session, workflow)] == [
+        ("first", "completed"),
+        ("second", "scheduled"),
+    ]
+
+
+def test_finalize_loads_the_rows_again_when_the_body_detached_them(geneva_session):
+    workflow = BodyDetachesFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    execute(workflow.current_execution.id)
+    assert [(e.step_name, e.state) for e in executions(geneva_session, workflow)] == [
+        ("first", "completed"),
+        ("second", "scheduled"),
+    ]
