@@ -8,7 +8,7 @@ import threading
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import false, func, select
+from sqlalchemy import func, select
 
 from engine import Workflow, housekeeping, metrics_facade, resumable_step, settings, step
 from engine.housekeeping import HousekeepingReport
@@ -249,16 +249,9 @@ def test_cleanup_over_many_slices_deletes_exact_counts_within_the_slice_caps(
 def test_cleanup_loop_ends_even_when_no_slice_deletes_anything(geneva_session, monkeypatch):
     settings.housekeeping_batch_size = 2
     made = _old_finished(geneva_session, 5)
-    real = housekeeping._old
-    calls = []
-
-    def candidates_match_but_the_recheck_never_does(cutoff):
-        calls.append(cutoff)
-        # Every second call is the re-check under the lock: as if each chosen workflow had
-        # moved on between the slice's read and its lock.
-        return real(cutoff) if len(calls) % 2 else false()
-
-    monkeypatch.setattr(housekeeping, "_old", candidates_match_but_the_recheck_never_does)
+    # Every slice comes back empty-handed (as if each chosen workflow had moved on under the
+    # lock): the keyset must still move past it instead of reading the same rows forever.
+    monkeypatch.setattr(housekeeping, "_delete_workflows", lambda session, ids, pg: (0, 0, 0))
     slices = []
     real_slice = housekeeping._cleanup_slice
 
@@ -271,6 +264,7 @@ def test_cleanup_loop_ends_even_when_no_slice_deletes_anything(geneva_session, m
     report = housekeeping.run()
     assert report.workflows_cleaned_up == report.step_executions_cleaned_up == 0
     assert len(slices) == 3 + 1  # two workflows per slice, then the read that finds none
+    assert [after for _, after, _, _ in slices] == [0, made[1].id, made[3].id, made[4].id]
     assert _count(geneva_session, Workflow) == len(made)
 
 
