@@ -339,7 +339,7 @@ class Executor:
                 # if the database server itself crashes before the next flush, it reverts
                 # the execution to scheduled - what a worker crash mid-step leads to anyway -
                 # and the finalize commit, which is synchronous, flushes it in WAL order.
-                self.session.execute(_ASYNC_COMMIT)
+                self.session.connection().execute(_ASYNC_COMMIT)  # no autoflush: Core
             self._commit()
         except BaseException:
             self.session.rollback()
