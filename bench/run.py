@@ -71,6 +71,10 @@ def steps(quick: bool) -> list[tuple[str, list[str], int]]:
                      "--n", "100" if quick else "150"], 900),
         ("engine-pg", [*py, "bench/engine_celery.py", "--backend", "postgres",
                        "--scenarios", "hops,signals", *q], 1800),
+        # B3 again with the gem's fully synchronous commits (GENEVA_SYNCHRONOUS_START_COMMIT).
+        ("engine-pg-sync", ["env", "GENEVA_SYNCHRONOUS_START_COMMIT=true", *py, "bench/engine_celery.py",
+                            "--backend", "postgres", "--scenarios", "hops",
+                            "--name", "engine_celery_postgres_sync", *q], 1200),
         ("b6", [*py, "bench/engine_celery.py", "--backend", "postgres", "--scenarios", "delayed",
                 "--name", "b6_delayed", *q], 1800),
         ("embedded", [*py, "bench/engine_embedded.py", *q], 600),
