@@ -22,6 +22,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     BENCH,
+    POLL,
     PY,
     REDIS_URL,
     Deadline,
@@ -100,13 +101,13 @@ def main() -> int:
             res["warm"] = col.wait("warm", 20, 90)
             for i in range(n_single):
                 noop.apply_async(("single", i, 0, time.time()))
-                if not col.wait("single", i + 1, 30, sleep=0.0002):
+                if not col.wait("single", i + 1, 30, sleep=POLL):
                     break
             res["single_enqueue_to_start"] = summarize_ms([r[4] - r[3] for r in col.by_tag("single")])
             for i in range(n_chain1):
                 chain(noop.si("chain1", i, 0, time.time()), noop.si("chain1", i, 1, 0.0),
                       noop.si("chain1", i, 2, 0.0)).apply_async()  # fmt: skip
-                if not col.wait("chain1", 3 * (i + 1), 30, sleep=0.0002):
+                if not col.wait("chain1", 3 * (i + 1), 30, sleep=POLL):
                     break
             c1: dict[int, dict[int, Any]] = {}
             for r in col.by_tag("chain1"):

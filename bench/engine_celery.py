@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import (
     BENCH,
+    POLL,
     PY,
     REDIS_URL,
     ROOT,
@@ -82,7 +83,7 @@ class Timings:
             self.offsets[path] = offset + cut
         return self.count
 
-    def wait_for(self, keys: list[tuple[str, int, int]], timeout: float, sleep: float = 0.0005) -> bool:
+    def wait_for(self, keys: list[tuple[str, int, int]], timeout: float, sleep: float = POLL) -> bool:
         deadline = Deadline(timeout)
         while not deadline.expired():
             self.poll()
@@ -217,7 +218,7 @@ def scenario_hops(stack: Stack, quick: bool) -> dict[str, Any]:
         if deadline.expired():
             break
         [(wf, t_commit)] = stack.create("HopFlow")
-        if not t.wait_for([("HopFlow", wf, 2)], 30):
+        if not t.wait_for([("HopFlow", wf, 2)], 30, sleep=POLL):
             break
         seq_ids.append(wf)
         first_start.append(t.rows[("HopFlow", wf, 0)][0][0] - t_commit)
@@ -304,7 +305,7 @@ def scenario_signals(stack: Stack, quick: bool) -> dict[str, Any]:
     commit_ms = []
     for wf in ids:
         t_commit, t_committed = _signal(wf)
-        if not t.wait_for([("SignalFlow", wf, 1)], 30, sleep=0.0002):
+        if not t.wait_for([("SignalFlow", wf, 1)], 30, sleep=POLL):
             break
         started = t.rows[("SignalFlow", wf, 1)][0][0]
         sequential.append(started - t_commit)
@@ -461,7 +462,40 @@ def _dispatch_loop(stop: Any, period: float) -> None:
     run_dispatcher(stop, interval=period, housekeeping=False)
 
 
-SCENARIOS = {"hops": scenario_hops, "signals": scenario_signals, "delayed": scenario_delayed}
+def scenario_trace(stack: Stack, quick: bool) -> dict[str, Any]:
+    """Where a hop goes (bench/hop_trace.py; the worker runs with GENEVA_BENCH_TRACE=1)."""
+    import hop_trace
+    from sqlalchemy import select
+
+    from engine import db
+    from engine.models import StepExecution
+
+    t = stack.timings
+    hops: list[tuple[int, int, float, float]] = []
+    for _ in range(15 if quick else 40):
+        [(wf, _t)] = stack.create("HopFlow")
+        if not t.wait_for([("HopFlow", wf, 2)], 30):
+            break
+        with db.new_session() as session:
+            ids = session.scalars(
+                select(StepExecution.id)
+                .where(StepExecution.workflow_id == wf)
+                .order_by(StepExecution.id)
+            ).all()
+        for k in (1, 2):
+            end = t.rows[("HopFlow", wf, k - 1)][0][1]
+            start = t.rows[("HopFlow", wf, k)][0][0]
+            hops.append((ids[k - 1], ids[k], end, start))
+    time.sleep(0.2)  # the last trace lines are written after the body
+    return {"segments": hop_trace.segments(stack.timings_dir, hops)}
+
+
+SCENARIOS = {
+    "hops": scenario_hops,
+    "signals": scenario_signals,
+    "delayed": scenario_delayed,
+    "trace": scenario_trace,
+}
 
 
 def main() -> int:
@@ -474,6 +508,8 @@ def main() -> int:
     result: dict[str, Any] = {"backend": args.backend, "env": env_info(), "quick": args.quick}
     with tempfile.TemporaryDirectory(prefix="geneva-bench-") as workdir:
         stack = Stack(args.backend, workdir)
+        if "trace" in args.scenarios.split(","):
+            os.environ["GENEVA_BENCH_TRACE"] = "1"  # the worker inherits it (bench/hop_trace.py)
         try:
             stack.start_worker()
             result["warm"] = stack.warm_up()

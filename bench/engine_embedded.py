@@ -21,7 +21,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import env_info, summarize_ms, write_result
+from common import POLL, env_info, summarize_ms, write_result
 from engine_celery import Timings, hops_of
 
 
@@ -66,7 +66,7 @@ def main() -> int:
             first = []
             for _ in range(n_seq):
                 [(wf, t0)] = create(1)
-                if not timings.wait_for([("HopFlow", wf, 2)], 30):
+                if not timings.wait_for([("HopFlow", wf, 2)], 30, sleep=POLL):
                     break
                 seq.append(wf)
                 first.append(timings.rows[("HopFlow", wf, 0)][0][0] - t0)

@@ -71,3 +71,9 @@ class DelayedFlow(Workflow):
     @step(wait=timedelta(days=7))
     def later(self) -> None:
         record(self, 0, time.time())
+
+
+if os.environ.get("GENEVA_BENCH_TRACE") == "1":  # bench/hop_trace.py: where a hop goes
+    import hop_trace
+
+    hop_trace.install()

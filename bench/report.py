@@ -178,6 +178,17 @@ def render() -> str:
     w(f"| Embedded ≥ 100 steps/s | {f(g(emb, 'burst.steps_per_s'))} | {verdict(ge(g(emb, 'burst.steps_per_s'), 100))} |")
     w("")
 
+    trace = g(read_result("engine_celery_postgres_trace") or {}, "trace.segments") or {}
+    if trace:
+        w("Where a PostgreSQL hop goes (`engine-pg-trace`: bench/hop_trace.py timestamps each phase "
+          "boundary inside the worker, prefork -c 2; a separate run, each trace point adds ~0.05 ms):")  # fmt: skip
+        w("")
+        w("| segment | p50 ms |")
+        w("|---|---:|")
+        for label, v in trace.items():
+            w(f"| {label} | {f(v.get('p50_ms'))} |")
+        w("")
+
     # ---- B5
     w("## B5 — signal commit → woken step body start (Redis)")
     w("")

@@ -71,6 +71,8 @@ def steps(quick: bool) -> list[tuple[str, list[str], int]]:
                      "--n", "100" if quick else "150"], 900),
         ("engine-pg", [*py, "bench/engine_celery.py", "--backend", "postgres",
                        "--scenarios", "hops,signals", *q], 1800),
+        ("engine-pg-trace", [*py, "bench/engine_celery.py", "--backend", "postgres", "--scenarios", "trace",
+                             "--name", "engine_celery_postgres_trace", *q], 600),
         # B3 again with the gem's fully synchronous commits (GENEVA_SYNCHRONOUS_START_COMMIT).
         ("engine-pg-sync", ["env", "GENEVA_SYNCHRONOUS_START_COMMIT=true", *py, "bench/engine_celery.py",
                             "--backend", "postgres", "--scenarios", "hops",
