@@ -335,7 +335,7 @@ class Executor:
                 and not db.is_sqlite(self.session)
             ):
                 # The start transition need not wait for its own WAL flush (PostgreSQL: one
-                # fsync, 3-4 ms on this class of disk, the largest part of a hop). Lost only
+                # fsync, 0.5-4 ms on the benchmark machine, a large part of a hop). Lost only
                 # if the database server itself crashes before the next flush, it reverts
                 # the execution to scheduled - what a worker crash mid-step leads to anyway -
                 # and the finalize commit, which is synchronous, flushes it in WAL order.

@@ -23,7 +23,6 @@ from sqlalchemy.orm import (
     InstanceState,
     Mapper,
     Session,
-    make_transient_to_detached,
 )
 from sqlalchemy.orm.base import NO_VALUE
 
@@ -136,30 +135,44 @@ def flush(session: Session) -> None:
         params["pk"] = state.identity[0] if state.identity else None
         session.connection().execute(_update_statement(table, names), params)
         state._commit_all(state.dict, identity_map)
+        # As a flush does: a rollback (of a savepoint too) expires what this transaction wrote.
+        session._register_altered([state])
     if rest:
         session.flush()
 
 
-def insert_execution(session: Session, **values: Any) -> StepExecution:
-    """INSERT one step execution by Core and return it as a persistent (clean) ORM object.
+def insert_new(session: Session, obj: Any) -> None:
+    """INSERT a new workflow or execution by Core; it joins the session persistent and clean.
 
-    Pending changes are written first: the new row may only be valid once the previous
-    execution has left its active state (the one-active index).
+    Pending changes are written first: the new row may only be valid once they are (an
+    execution may only be inserted once the previous one has left its active state, the
+    one-active index). Columns left ``None`` get their Python default, else NULL, as the
+    unit of work does (a JSON column would otherwise store the JSON literal null).
     """
+    state: InstanceState[Any] = inspect(obj)
+    table = state.mapper.persist_selectable
+    if state.key is not None or state.session_id is not None:
+        raise TypeError(f"persistence.insert_new() takes a new object, not {obj!r}")
+    if not isinstance(table, Table) or table.name not in _FAST_TABLES:
+        raise TypeError(f"persistence.insert_new() writes workflows and executions, not {obj!r}")
     flush(session)
-    now = utcnow()
-    values.setdefault("created_at", now)
-    values.setdefault("updated_at", now)
-    mapper: Mapper[Any] = inspect(StepExecution)
-    columns = _column_map(mapper)
-    table = _table(mapper)
-    # None is left out, as the unit of work leaves it out: the column's NULL default applies
-    # (a JSON column would otherwise store the JSON literal null).
+    columns = _column_map(state.mapper)
+    dict_ = state.dict
     row: dict[str, Any] = {}
-    for key, value in values.items():
-        column = columns.get(key)
-        if column is None:
-            raise TypeError(f"StepExecution has no column attribute {key!r}")
+    now = utcnow()  # created_at and updated_at of a new row are the same instant
+    for key, column in columns.items():
+        if column is None or column.primary_key:
+            continue
+        value = dict_.get(key)
+        if value is None and column.name in ("created_at", "updated_at"):
+            value = now
+        elif value is None and column.default is not None:
+            default = column.default
+            if default.is_callable:
+                value = default.arg(None)  # type: ignore[attr-defined]
+            elif default.is_scalar:
+                value = default.arg  # type: ignore[attr-defined]
+        dict_[key] = value
         if value is not None:
             row[column.name] = value
     names = tuple(sorted(row))
@@ -168,16 +181,25 @@ def insert_execution(session: Session, **values: Any) -> StepExecution:
     )
     primary_key = result.inserted_primary_key
     assert primary_key is not None
+    dict_["id"] = int(primary_key[0])
     # Every column attribute is set (None where the row has NULL), so the object never has
-    # to refresh itself; then it joins the session as a loaded row would: persistent, clean.
-    loaded = dict.fromkeys(key for key, column in columns.items() if column is not None)
-    loaded.update(values)
-    loaded["id"] = int(primary_key[0])
+    # to refresh itself. It then becomes persistent the way a flush makes an inserted object
+    # persistent: registered as new in this transaction, so a rollback expunges it again.
+    session.add(obj)
+    session._register_persistent({state})
+
+
+def insert_execution(session: Session, **values: Any) -> StepExecution:
+    """INSERT one step execution (see :func:`insert_new`) from column attribute values."""
+    mapper: Mapper[Any] = inspect(StepExecution)
+    columns = _column_map(mapper)
+    unknown = [key for key in values if columns.get(key) is None]
+    if unknown:
+        raise TypeError(f"StepExecution has no column attribute {unknown[0]!r}")
     # Built as the ORM builds a loaded row (no __init__, no attribute events per column).
     execution: StepExecution = mapper.class_manager.new_instance()
-    inspect(execution).dict.update(loaded)
-    make_transient_to_detached(execution)
-    session.add(execution)
+    inspect(execution).dict.update(values)
+    insert_new(session, execution)
     return execution
 
 
@@ -196,4 +218,4 @@ def refresh(session: Session, obj: Any, values: dict[str, Any]) -> None:
     state._commit_all(dict_, session.identity_map)
 
 
-__all__ = ["flush", "insert_execution", "refresh"]
+__all__ = ["flush", "insert_execution", "insert_new", "refresh"]

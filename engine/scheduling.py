@@ -251,7 +251,7 @@ def finish_workflow(session: Session, workflow: Workflow) -> None:
     workflow.transitioned_at = utcnow()
     workflow.current_step_name = None
     workflow.next_step_name = None
-    session.flush()
+    persistence.flush(session)  # Core UPDATEs, not the unit of work (engine/persistence.py)
 
 
 def reference_step_name(workflow: Workflow, current: str | None = None) -> str | None:

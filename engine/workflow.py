@@ -26,7 +26,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column, object_session, relationship
 from sqlalchemy.orm.exc import UnmappedInstanceError
 
-from engine import db, scheduling
+from engine import db, persistence, scheduling
 from engine.errors import DuplicateWorkflowError, InvalidStateError, StepConfigurationError
 from engine.flow_control import FlowAction, FlowControlSignal
 from engine.job_options import to_json_options, validate_job_options
@@ -262,11 +262,11 @@ class Workflow(TimestampMixin, Base):
             # Written with the INSERT, so scheduling the first step only inserts its execution.
             workflow.next_step_name = first.name
         try:
-            # Added inside the savepoint: on a unique-index violation (a race) the rollback
-            # expunges the pending row, so the caller's transaction stays usable.
+            # Inserted inside the savepoint: on a unique-index violation (a race) its rollback
+            # leaves the caller's transaction usable, and the object never joined the session.
+            # One Core INSERT, not the unit of work (engine/persistence.py).
             with session.begin_nested():
-                session.add(workflow)
-                session.flush()
+                persistence.insert_new(session, workflow)
         except IntegrityError as exc:
             raise _duplicate_error(cls, workflow, None) from exc
         if first is None:

@@ -330,3 +330,39 @@ def test_finalize_loads_the_rows_again_when_the_body_detached_them(geneva_sessio
         ("first", "completed"),
         ("second", "scheduled"),
     ]
+
+
+def test_a_rollback_expunges_what_was_inserted_in_its_transaction(geneva_session):
+    """As after a flush: the rolled-back rows' objects leave the session (ids can be reused)."""
+    geneva_session.commit()
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    first = workflow.current_execution
+    first.state = StepState.CANCELED
+    execution = persistence.insert_execution(
+        geneva_session,
+        workflow_id=workflow.id,
+        step_name="second",
+        state=StepState.SCHEDULED,
+        scheduled_for=first.scheduled_for,
+    )
+    assert workflow in geneva_session and execution in geneva_session
+    geneva_session.rollback()
+    assert workflow not in geneva_session and execution not in geneva_session
+    assert inspect(workflow).transient and inspect(execution).transient
+    again = PersistFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    assert again in geneva_session and inspect(again).persistent
+
+
+def test_a_savepoint_rollback_expires_what_was_written_inside_it(geneva_session):
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    before = workflow.next_step_name
+    savepoint = geneva_session.begin_nested()
+    workflow.next_step_name = "renamed"
+    persistence.flush(geneva_session)
+    assert not inspect(workflow).modified
+    savepoint.rollback()
+    # The UPDATE was undone with the savepoint, and the object reads the row again.
+    assert "next_step_name" not in inspect(workflow).dict
+    assert workflow.next_step_name == before == "first"
