@@ -185,8 +185,10 @@ def render() -> str:
         w("")
         w("| segment | p50 ms |")
         w("|---|---:|")
-        for label, v in trace.items():
-            w(f"| {label} | {f(v.get('p50_ms'))} |")
+        from hop_trace import SEGMENTS
+
+        for label in [label for label, _, _ in SEGMENTS] + ["whole hop"]:
+            w(f"| {label} | {f(g(trace, label + '.p50_ms') if label in trace else None)} |")
         w("")
 
     # ---- B5
