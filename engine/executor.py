@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Table, bindparam, select, text
+from sqlalchemy import Table, bindparam, select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -122,7 +122,6 @@ _LOCK_SQLITE = (
     .execution_options(populate_existing=True)
 )
 _LOCK_FOR_UPDATE = _LOCK_SQLITE.with_for_update()
-_ASYNC_COMMIT = text("SET LOCAL synchronous_commit TO OFF")
 # The same join as a Core statement, for finalize, whose objects are already loaded.
 _WORKFLOWS = Workflow.__table__
 _EXECUTIONS = StepExecution.__table__
@@ -277,8 +276,10 @@ class Executor:
         persistence.refresh(session, execution, {c.name: mapping[c] for c in _EXECUTIONS.columns})
         return workflow, execution
 
-    def _commit(self) -> None:
-        persistence.flush(self.session)
+    def _commit(self, *, asynchronous: bool = False) -> None:
+        # PostgreSQL: the phase's UPDATEs (and, for the start, the asynchronous-commit setting)
+        # go out as one statement (engine/persistence.py).
+        persistence.flush(self.session, asynchronous_commit=asynchronous)
         self.session.commit()
 
     def _context(self, workflow: Workflow, execution: StepExecution) -> dict[str, Any]:
@@ -329,18 +330,16 @@ class Executor:
                 },
             )
             prepared = self.prepare(workflow, execution)
-            if (
-                prepared is not None
+            # The start transition need not wait for its own WAL flush (PostgreSQL: one fsync,
+            # 0.5-4 ms on the benchmark machine, a large part of a hop). Lost only if the
+            # database server itself crashes before the next flush, it reverts the execution
+            # to scheduled - what a worker crash mid-step leads to anyway - and the finalize
+            # commit, which is synchronous, flushes it in WAL order.
+            self._commit(
+                asynchronous=prepared is not None
                 and not settings.synchronous_start_commit
                 and not db.is_sqlite(self.session)
-            ):
-                # The start transition need not wait for its own WAL flush (PostgreSQL: one
-                # fsync, 0.5-4 ms on the benchmark machine, a large part of a hop). Lost only
-                # if the database server itself crashes before the next flush, it reverts
-                # the execution to scheduled - what a worker crash mid-step leads to anyway -
-                # and the finalize commit, which is synchronous, flushes it in WAL order.
-                self.session.connection().execute(_ASYNC_COMMIT)  # no autoflush: Core
-            self._commit()
+            )
         except BaseException:
             self.session.rollback()
             raise

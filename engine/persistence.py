@@ -17,7 +17,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Column, Insert, Table, Update, bindparam, insert, inspect, update
+from sqlalchemy import (
+    Column,
+    Insert,
+    Select,
+    Table,
+    Update,
+    bindparam,
+    func,
+    insert,
+    inspect,
+    literal,
+    select,
+    true,
+    update,
+)
 from sqlalchemy.orm import (
     ColumnProperty,
     InstanceState,
@@ -26,7 +40,7 @@ from sqlalchemy.orm import (
 )
 from sqlalchemy.orm.base import NO_VALUE
 
-from engine.models import StepExecution, utcnow
+from engine.models import Base, StepExecution, utcnow
 
 # The tables written here: workflows (every Workflow subclass shares the one table) and step
 # executions. Named, not imported: engine.workflow imports the scheduler, which imports this.
@@ -101,15 +115,20 @@ def _changed_columns(state: InstanceState[Any]) -> dict[str, Any] | None:
     return changed
 
 
-def flush(session: Session) -> None:
+def flush(session: Session, *, asynchronous_commit: bool = False) -> None:
     """Write the session's pending changes, workflows and executions by Core UPDATE.
 
     Anything else that is pending (new or deleted objects, other classes, relationship
     changes) is left to ``Session.flush()`` afterwards, which then finds the fast-written
     objects clean.
+
+    On PostgreSQL the UPDATEs go out as one statement (data-modifying CTEs), one round trip
+    instead of one per row; ``asynchronous_commit`` adds ``set_config('synchronous_commit',
+    'off', true)`` to it (the transaction's commit then does not wait for its WAL flush).
     """
     identity_map = session.identity_map
     rest = bool(session.new) or bool(session.deleted)
+    writes: list[tuple[InstanceState[Any], Table, tuple[str, ...], dict[str, Any]]] = []
     for obj in list(session.dirty):
         state: InstanceState[Any] = inspect(obj)
         table = state.mapper.persist_selectable
@@ -133,12 +152,58 @@ def flush(session: Session) -> None:
         names = tuple(sorted(changed))
         params = {f"v_{name}": changed[name] for name in names}
         params["pk"] = state.identity[0] if state.identity else None
-        session.connection().execute(_update_statement(table, names), params)
+        writes.append((state, table, names, params))
+    connection = session.connection()
+    if connection.dialect.name == "postgresql" and (len(writes) > 1 or asynchronous_commit):
+        shapes = tuple((table.name, names) for _state, table, names, _params in writes)
+        combined: dict[str, Any] = {}
+        for index, (_state, _table, _names, params) in enumerate(writes):
+            combined.update({f"p{index}_{key}": value for key, value in params.items()})
+        connection.execute(_combined_statement(shapes, asynchronous_commit), combined)
+    else:
+        for _state, table, names, params in writes:
+            connection.execute(_update_statement(table, names), params)
+    for state, _table, _names, _params in writes:
         state._commit_all(state.dict, identity_map)
         # As a flush does: a rollback (of a savepoint too) expires what this transaction wrote.
         session._register_altered([state])
     if rest:
         session.flush()
+
+
+_combined: dict[tuple[tuple[tuple[str, tuple[str, ...]], ...], bool], Select[Any]] = {}
+
+
+def _combined_statement(
+    shapes: tuple[tuple[str, tuple[str, ...]], ...], asynchronous_commit: bool
+) -> Select[Any]:
+    """``WITH u0 AS (UPDATE …), u1 AS (UPDATE …) SELECT …``: PostgreSQL runs every
+    data-modifying CTE exactly once, to completion, whether or not it is referenced."""
+    key = (shapes, asynchronous_commit)
+    statement = _combined.get(key)
+    if statement is None:
+        tables = Base.metadata.tables
+        ctes = []
+        for index, (table_name, names) in enumerate(shapes):
+            table = tables[table_name]
+            values = {
+                name: bindparam(f"p{index}_v_{name}", type_=table.c[name].type) for name in names
+            }
+            ctes.append(
+                update(table)
+                .where(table.c.id == bindparam(f"p{index}_pk"))
+                .values(values)
+                .returning(table.c.id)
+                .cte(f"geneva_write_{index}")
+            )
+        head = (
+            func.set_config("synchronous_commit", "off", true())
+            if asynchronous_commit
+            else literal(1)
+        )
+        statement = select(head).add_cte(*ctes)
+        _combined[key] = statement
+    return statement
 
 
 def insert_new(session: Session, obj: Any) -> None:
