@@ -49,10 +49,10 @@ def install() -> None:
     def wrap(name: str, tag: str) -> None:
         original = getattr(cls, name)
 
-        def traced(self: Any, *args: Any) -> Any:
+        def traced(self: Any, *args: Any, **kwargs: Any) -> Any:
             _trace(f"{tag}0", self.execution_id)
             try:
-                return original(self, *args)
+                return original(self, *args, **kwargs)
             finally:
                 _trace(f"{tag}1", self.execution_id)
 
