@@ -1,4 +1,4 @@
-"""Writing the engine's own rows: one Core statement per row, the ORM objects kept in sync.
+"""Writing the engine's own rows with Core statements, the ORM objects kept in sync.
 
 The executor and the scheduler change a loaded workflow and its executions through the ORM
 objects (the state machine, user hooks and conditions all see and may change them). Letting the
@@ -7,8 +7,9 @@ flush it sorts the session's states by mapper dependency, diffs every attribute'
 builds the statements anew - about half of a step's CPU time (bench/RESULTS.md, B1).
 
 Here the same changes are written with one prebuilt Core ``UPDATE`` (or ``INSERT``) per row,
-binding exactly the columns whose attributes changed, and the objects are then marked clean as a
-flush would leave them. What the fast path does not cover - a changed relationship, a pending
+binding exactly the columns whose attributes changed - on PostgreSQL a flush's UPDATEs travel
+as one statement of data-modifying CTEs, one round trip - and the objects are then marked clean
+as a flush would leave them (a rollback expunges or expires them as after a flush). What the fast path does not cover - a changed relationship, a pending
 delete, any other kind of object - falls back to ``Session.flush()``, so the contract of the
 unit of work (every change made to a loaded object is written) holds either way.
 """
@@ -66,13 +67,6 @@ def _column_map(mapper: Mapper[Any]) -> dict[str, Column[Any] | None]:
             found[prop.key] = column
         _columns[mapper] = found
     return found
-
-
-def _table(mapper: Mapper[Any]) -> Table:
-    table = mapper.persist_selectable
-    if not isinstance(table, Table):  # a mapping to a join or select is not ours to write
-        raise TypeError(f"{mapper.class_.__name__} is not mapped to one table")
-    return table
 
 
 def _update_statement(table: Table, names: tuple[str, ...]) -> Update:
