@@ -188,8 +188,8 @@ def _cleanup_slice(
     Returns None when no old workflow is left past ``after``. The report counts only what a
     committed transaction deleted.
     """
-    session = db.new_session()
-    try:
+    # Committed as the with block ends (db.transaction), before the report counts it.
+    with db.transaction() as session:
         db.begin_write(session)
         postgres = not db.is_sqlite(session)
         query = (
@@ -213,16 +213,9 @@ def _cleanup_slice(
             session.execute(text("SET LOCAL synchronous_commit TO OFF"))
         candidates = [(workflow_id, size) for workflow_id, size in session.execute(query)]
         if not candidates:
-            session.rollback()
             return None
         chosen = _fill(candidates, batch * CLEANUP_ROWS_PER_WORKFLOW)
         counts = _delete_workflows(session, chosen, postgres)
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
     report.step_executions_cleaned_up += counts[0]
     report.signals_cleaned_up += counts[1]
     report.workflows_cleaned_up += counts[2]

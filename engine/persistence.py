@@ -69,12 +69,18 @@ def _column_map(mapper: Mapper[Any]) -> dict[str, Column[Any] | None]:
     return found
 
 
+def _bound_values(table: Table, names: tuple[str, ...], prefix: str = "") -> dict[str, Any]:
+    """``column = :<prefix>v_<column>`` for each name, typed as the column."""
+    return {name: bindparam(f"{prefix}v_{name}", type_=table.c[name].type) for name in names}
+
+
 def _update_statement(table: Table, names: tuple[str, ...]) -> Update:
     key = (table.name, names)
     statement = _updates.get(key)
     if statement is None:
-        values = {name: bindparam(f"v_{name}", type_=table.c[name].type) for name in names}
-        statement = update(table).where(table.c.id == bindparam("pk")).values(values)
+        statement = (
+            update(table).where(table.c.id == bindparam("pk")).values(_bound_values(table, names))
+        )
         _updates[key] = statement
     return statement
 
@@ -83,8 +89,7 @@ def _insert_statement(table: Table, names: tuple[str, ...]) -> Insert:
     key = (table.name, names)
     statement = _inserts.get(key)
     if statement is None:
-        values = {name: bindparam(f"v_{name}", type_=table.c[name].type) for name in names}
-        statement = insert(table).values(values)
+        statement = insert(table).values(_bound_values(table, names))
         _inserts[key] = statement
     return statement
 
@@ -147,6 +152,10 @@ def flush(session: Session, *, asynchronous_commit: bool = False) -> None:
         params = {f"v_{name}": changed[name] for name in names}
         params["pk"] = state.identity[0] if state.identity else None
         writes.append((state, table, names, params))
+    if not writes and not asynchronous_commit:
+        if rest:
+            session.flush()
+        return
     connection = session.connection()
     if connection.dialect.name == "postgresql" and (len(writes) > 1 or asynchronous_commit):
         shapes = tuple((table.name, names) for _state, table, names, _params in writes)
@@ -180,13 +189,10 @@ def _combined_statement(
         ctes = []
         for index, (table_name, names) in enumerate(shapes):
             table = tables[table_name]
-            values = {
-                name: bindparam(f"p{index}_v_{name}", type_=table.c[name].type) for name in names
-            }
             ctes.append(
                 update(table)
                 .where(table.c.id == bindparam(f"p{index}_pk"))
-                .values(values)
+                .values(_bound_values(table, names, prefix=f"p{index}_"))
                 .returning(table.c.id)
                 .cte(f"geneva_write_{index}")
             )

@@ -29,16 +29,14 @@ def make_account(session: Session) -> Account:
     return account
 
 
-def executions(session: Session, workflow: Any) -> list[StepExecution]:
-    """Every execution of ``workflow`` in creation order, read fresh from the database."""
+def executions(session: Session, workflow: Any, step: str | None = None) -> list[StepExecution]:
+    """Every execution of ``workflow`` (of ``step`` only, if given) in creation order, read
+    fresh from the database."""
     session.expire_all()
-    return list(
-        session.scalars(
-            select(StepExecution)
-            .where(StepExecution.workflow_id == workflow.id)
-            .order_by(StepExecution.id)
-        )
-    )
+    query = select(StepExecution).where(StepExecution.workflow_id == workflow.id)
+    if step is not None:
+        query = query.where(StepExecution.step_name == step)
+    return list(session.scalars(query.order_by(StepExecution.id)))
 
 
 def summary(session: Session, workflow: Any) -> list[tuple[str, str, str | None]]:

@@ -210,14 +210,8 @@ def test_a_column_set_back_to_its_loaded_value_is_not_written(geneva_session):
     assert workflow.updated_at == loaded_at
 
 
-def test_postgresql_commits_the_start_transition_asynchronously_and_the_outcome_durably(
-    geneva_session,
-):
-    """The start commit skips its WAL flush; finalize's commit (the outcome) waits for it."""
-    if db.is_sqlite(geneva_session):
-        pytest.skip("synchronous_commit is PostgreSQL's; SQLite WAL + NORMAL never fsyncs a commit")
-    workflow = PersistFlow.create(hero=make_order(geneva_session))
-    geneva_session.commit()
+def _synchronous_commit_per_commit(execution_id: int) -> list[str]:
+    """Run the execution; the ``synchronous_commit`` each of its commits ran with, in order."""
     modes: list[str] = []
     engine = db.get_engine()
 
@@ -226,9 +220,21 @@ def test_postgresql_commits_the_start_transition_asynchronously_and_the_outcome_
 
     event.listen(engine, "commit", before_commit)
     try:
-        execute(workflow.current_execution.id)
+        execute(execution_id)
     finally:
         event.remove(engine, "commit", before_commit)
+    return modes
+
+
+def test_postgresql_commits_the_start_transition_asynchronously_and_the_outcome_durably(
+    geneva_session,
+):
+    """The start commit skips its WAL flush; finalize's commit (the outcome) waits for it."""
+    if db.is_sqlite(geneva_session):
+        pytest.skip("synchronous_commit is PostgreSQL's; SQLite WAL + NORMAL never fsyncs a commit")
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    modes = _synchronous_commit_per_commit(workflow.current_execution.id)
     assert modes == ["off", "on"]
     assert [(e.step_name, e.state) for e in executions(geneva_session, workflow)] == [
         ("first", "completed"),
@@ -244,17 +250,7 @@ def test_synchronous_start_commit_makes_the_start_commit_wait_for_its_flush(gene
     settings.synchronous_start_commit = True  # the fixture restores the settings afterwards
     workflow = PersistFlow.create(hero=make_order(geneva_session))
     geneva_session.commit()
-    modes: list[str] = []
-    engine = db.get_engine()
-
-    def before_commit(conn):  # type: ignore[no-untyped-def]
-        modes.append(conn.exec_driver_sql("SELECT current_setting('synchronous_commit')").scalar())
-
-    event.listen(engine, "commit", before_commit)
-    try:
-        execute(workflow.current_execution.id)
-    finally:
-        event.remove(engine, "commit", before_commit)
+    modes = _synchronous_commit_per_commit(workflow.current_execution.id)
     assert modes == ["on", "on"]
 
 

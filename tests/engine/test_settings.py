@@ -27,6 +27,8 @@ def test_defaults_match_the_gem(fresh):
     assert fresh.waiting_visibility_threshold == timedelta(days=7)
     # the gem's default is "not in tests"; ours sends after commit everywhere (test helpers commit)
     assert fresh.enqueue_after_commit is True
+    # not the gem's: PostgreSQL commits a step's start without waiting for its WAL flush
+    assert fresh.synchronous_start_commit is False
     assert fresh.dispatch_interval == timedelta(seconds=5)
     assert fresh.dispatch_horizon == timedelta(seconds=60)
 
@@ -124,6 +126,7 @@ def test_environment_variables_are_parsed(fresh):
             "GENEVA_MAX_SIGNAL_PAYLOAD_SIZE": "4096",
             "GENEVA_WAITING_VISIBILITY_THRESHOLD": "",
             "GENEVA_ENQUEUE_AFTER_COMMIT": "no",
+            "GENEVA_SYNCHRONOUS_START_COMMIT": "yes",
             "GENEVA_DISPATCH_INTERVAL": "2",
             "GENEVA_DISPATCH_HORIZON": "30",
             "UNRELATED": "x",
@@ -138,6 +141,7 @@ def test_environment_variables_are_parsed(fresh):
     assert fresh.max_signal_payload_size == 4096
     assert fresh.waiting_visibility_threshold is None
     assert fresh.enqueue_after_commit is False
+    assert fresh.synchronous_start_commit is True
     assert fresh.dispatch_interval == timedelta(seconds=2)
     assert fresh.dispatch_horizon == timedelta(seconds=30)
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from engine.models import StepExecution
 from engine.testing import (
     assert_cursor,
     assert_step_executed,
@@ -19,6 +18,7 @@ from engine.testing import (
 )
 from examples.campaign import CampaignWorkflow
 from examples.models import DemoCampaign, DemoSubscriber
+from tests.engine.helpers import executions
 
 SUBSCRIBERS = 60
 
@@ -50,13 +50,7 @@ def _start(session, subscribers=SUBSCRIBERS):
 
 
 def _deliver_links(session, workflow):
-    return list(
-        session.scalars(
-            select(StepExecution)
-            .where(StepExecution.workflow_id == workflow.id, StepExecution.step_name == "deliver")
-            .order_by(StepExecution.id)
-        )
-    )
+    return executions(session, workflow, "deliver")
 
 
 def test_deliver_is_a_chain_of_executions_that_mails_everyone_once(geneva_session):

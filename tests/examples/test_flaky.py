@@ -18,6 +18,7 @@ from engine.testing import (
 )
 from examples.flaky import FeedImportWorkflow, FeedTimeout
 from examples.models import DemoFeed
+from tests.engine.helpers import executions
 
 
 @pytest.fixture
@@ -36,13 +37,7 @@ def _start(session, kind):
 
 
 def _fetches(session, workflow):
-    return list(
-        session.scalars(
-            select(StepExecution)
-            .where(StepExecution.workflow_id == workflow.id, StepExecution.step_name == "fetch")
-            .order_by(StepExecution.id)
-        )
-    )
+    return executions(session, workflow, "fetch")
 
 
 def test_a_flaky_feed_is_reattempted_until_the_fetch_works(geneva_session, reported):
