@@ -3,7 +3,8 @@
 The step3 lifecycle of reference/perf-scripts/bench_db_writes.py (2026-11-29): insert the
 scheduled row + update the workflow; claim; complete + update the workflow. SQLite WAL with
 ``synchronous=NORMAL`` (the engine's pragmas) and PostgreSQL (``synchronous_commit=on``, one
-connection, schema ``geneva_bench_raw`` dropped afterwards); plus 4 PostgreSQL writers.
+connection, schema ``geneva_bench_raw`` dropped afterwards); plus 4 PostgreSQL writers; plus the
+two transactions of one engine hop (``pg_hop_pairs``), the database's share of B3's hop.
 
     .venv/bin/python bench/raw_floor.py [--n 2000]
 """
@@ -71,6 +72,48 @@ def pg_steps(engine: Engine, wf: int, n: int, lat: list[float]) -> None:
         lat.append(time.perf_counter() - a)
 
 
+def pg_hop_pairs(engine: Engine, wf: int, n: int, lat: list[float]) -> None:
+    """The two transactions of one engine hop, as the engine issues them on PostgreSQL.
+
+    Finalize of step k: lock the workflow and execution rows (one joined ``SELECT … FOR
+    UPDATE``), write the outcome and the workflow row (one statement of data-modifying CTEs),
+    insert the next execution; synchronous commit. Prepare of step k+1: the same lock, the
+    start transition (both rows, and ``synchronous_commit`` off for this transaction, in one
+    statement); commit. What a hop costs in the database with no Python logic around it.
+    """
+    lock = text(
+        "SELECT wf.id, wf.state, se.id, se.state FROM wf JOIN se ON se.wf = wf.id "
+        "WHERE se.id = :i FOR UPDATE"
+    )
+    finish = text(
+        "WITH a AS (UPDATE se SET state='completed', done=:n WHERE id=:i), "
+        "b AS (UPDATE wf SET state='ready', cur=NULL, updated=:n WHERE id=:w) SELECT 1"
+    )
+    insert = text(
+        "INSERT INTO se (wf, name, state, sched, created) VALUES (:w,'s','scheduled',:n,:n) "
+        "RETURNING id"
+    )
+    start = text(
+        "WITH a AS (UPDATE se SET state='in_progress', started=:n WHERE id=:i), "
+        "b AS (UPDATE wf SET state='performing', cur='s', updated=:n WHERE id=:w) "
+        "SELECT set_config('synchronous_commit', 'off', true)"
+    )
+    with engine.begin() as c:
+        sid = c.execute(insert, {"n": time.time(), "w": wf}).scalar()
+        c.execute(start, {"n": time.time(), "i": sid, "w": wf})
+    for _ in range(n):
+        a = time.perf_counter()
+        now = time.time()
+        with engine.begin() as c:
+            c.execute(lock, {"i": sid}).first()
+            c.execute(finish, {"n": now, "i": sid, "w": wf})
+            sid = c.execute(insert, {"n": now, "w": wf}).scalar()
+        with engine.begin() as c:
+            c.execute(lock, {"i": sid}).first()
+            c.execute(start, {"n": now, "i": sid, "w": wf})
+        lat.append(time.perf_counter() - a)
+
+
 def pg_floor(n: int) -> dict[str, Any]:
     reset_pg_schema(SCHEMA)
     engine = db.make_engine(pg_schema_url(SCHEMA), pool_size=8)
@@ -89,6 +132,9 @@ def pg_floor(n: int) -> dict[str, Any]:
         for t in threads:
             t.join()
         four = time.perf_counter() - t0
+        pg_hop_pairs(engine, 1, 50, [])  # warm-up
+        hop: list[float] = []
+        pg_hop_pairs(engine, 1, n, hop)
     finally:
         engine.dispose()
         drop_pg_schema(SCHEMA)
@@ -96,6 +142,7 @@ def pg_floor(n: int) -> dict[str, Any]:
         "one_connection": {"ms_per_step": round(one * 1000 / n, 3), "steps_per_s": round(n / one, 1),
                            "step": summarize_ms(lat)},
         "four_writers": {"steps_per_s": round(len(lat4) / four, 1), "step": summarize_ms(lat4)},
+        "hop_transactions": summarize_ms(hop),
     }  # fmt: skip
 
 

@@ -161,6 +161,10 @@ def render() -> str:
     w(f"| DBOS, PostgreSQL, sequential in-process | – | – | – | {f(g(dpg, 'seq_wf3.steps_per_s'))} | – |")
     w(f"| raw PostgreSQL floor (3 tx, 5 rows): 1 connection / 4 writers | – | – | – | "
       f"{f(g(raw, 'postgres.one_connection.steps_per_s'))} / {f(g(raw, 'postgres.four_writers.steps_per_s'))} | – |")  # fmt: skip
+    hop_tx = g(raw, "postgres.hop_transactions.p50_ms")
+    floor_hop = chop + hop_tx if isinstance(chop, int | float) and isinstance(hop_tx, int | float) else None
+    w(f"| hop floor: raw Celery hop + a hop's two transactions issued bare (raw_floor.py `pg_hop_pairs`: "
+      f"{f(hop_tx)} ms p50) | {f(floor_hop)} | – | – | – | – |")  # fmt: skip
     w("")
     pg_hop = g(epg, "hops.unloaded_hop.p50_ms")
     pg_sps = g(epg, "hops.burst.steps_per_s")
@@ -177,6 +181,13 @@ def render() -> str:
     w(f"| Embedded hop p50 < 100 ms | {f(g(emb, 'unloaded_hop.p50_ms'))} ms | {verdict(le(g(emb, 'unloaded_hop.p50_ms'), 100))} |")
     w(f"| Embedded ≥ 100 steps/s | {f(g(emb, 'burst.steps_per_s'))} | {verdict(ge(g(emb, 'burst.steps_per_s'), 100))} |")
     w("")
+    if floor_hop and isinstance(pg_hop, int | float) and chop:
+        w(f"How close the B3 hop is to its floor: the raw Celery hop plus the same two transactions "
+          f"issued bare through SQLAlchemy Core (no ORM, no engine logic) is {f(floor_hop)} ms = "
+          f"{ratio(floor_hop, chop)} the Celery hop; the engine's hop is {f(pg_hop)} ms, "
+          f"{f(pg_hop - floor_hop)} ms above that floor (the Python of two lock phases: ORM objects, "
+          f"state checks, scheduling, the after-commit send).")  # fmt: skip
+        w("")
 
     trace = g(read_result("engine_celery_postgres_trace") or {}, "trace.segments") or {}
     if trace:
@@ -243,8 +254,8 @@ def render() -> str:
         w(f"Targets: RSS flat < 5 MB {verdict(le(growth, 5120) if growth is not None else None)}; zero duplicates "
           f"{verdict(d6.get('duplicates') == 0)}; dispatch lag p99 ≤ period + 50 ms "
           f"{verdict(le(lag99, period_ms + 50))}. Peer: Celery ETA holds ≈ 9 KB per scheduled task in worker "
-          f"RAM and re-runs it when the countdown outlives Redis' visibility timeout (reference, reproduced "
-          f"on Celery 5.7); the engine keeps the schedule in the table, so nothing scales with the backlog.")  # fmt: skip
+          f"RAM and re-runs it when the countdown outlives Redis' visibility timeout (reference/performance-anchors.md, "
+          f"measured there on Celery 5.7.0); the engine keeps the schedule in the table, so nothing scales with the backlog.")  # fmt: skip
     else:
         w(f"Not measured: {d6.get('error') or status(meta, 'b6')}.")
     w("")
