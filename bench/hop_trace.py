@@ -58,8 +58,7 @@ def install() -> None:
 
         setattr(cls, name, traced)
 
-    wrap("_lock", "lock")
-    wrap("_relock", "relock")
+    wrap("_lock", "lock")  # twice per execution: prepare's, then finalize's
     wrap("_commit", "commit")
 
 
@@ -89,7 +88,7 @@ def segments(directory: str, hops: list[tuple[int, int, float, float]]) -> dict[
         try:
             marks = {
                 "body_end": end,
-                "relock1": points[(prev, "relock1")][0],
+                "relock1": points[(prev, "lock1")][1],
                 "fcommit0": points[(prev, "commit0")][1],
                 "fcommit1": points[(prev, "commit1")][1],
                 "received": points[(nxt, "received")][0],

@@ -9,9 +9,18 @@ builds the statements anew - about half of a step's CPU time (bench/RESULTS.md, 
 Here the same changes are written with one prebuilt Core ``UPDATE`` (or ``INSERT``) per row,
 binding exactly the columns whose attributes changed - on PostgreSQL a flush's UPDATEs travel
 as one statement of data-modifying CTEs, one round trip - and the objects are then marked clean
-as a flush would leave them (a rollback expunges or expires them as after a flush). What the fast path does not cover - a changed relationship, a pending
-delete, any other kind of object - falls back to ``Session.flush()``, so the contract of the
-unit of work (every change made to a loaded object is written) holds either way.
+as a flush would leave them (a rollback expunges or expires them as after a flush). What the
+fast path does not cover - a changed relationship, a pending delete, any other kind of
+object - falls back to ``Session.flush()``, so the contract of the unit of work (every change
+made to a loaded object is written) holds either way.
+
+Reading works the same way: :func:`load` turns a Core row (the executor's lock row) into the
+persistent object an ORM query would have returned, at a third of the query's cost.
+
+The bookkeeping calls SQLAlchemy's own loader and flush use (``_commit_all``,
+``_register_persistent``, ``identity_map._add_unpresent``, ``_check_configure``) are private
+API: tests/engine/test_persistence.py pins each contract, so an SQLAlchemy upgrade that changes
+one fails there first.
 """
 
 from __future__ import annotations
@@ -268,6 +277,45 @@ def insert_execution(session: Session, **values: Any) -> StepExecution:
     return execution
 
 
+def load(session: Session, cls: type[Any], values: dict[str, Any]) -> Any:
+    """The persistent object for a row read by Core, as a query with ``populate_existing``
+    would give it: the class its polymorphic ``type`` names, clean, in the identity map.
+
+    An object already in the session is refreshed from the row (pending changes must have
+    been written first, as for :func:`refresh`). A new one is built and attached as
+    SQLAlchemy's own row loader does (``orm/loading.py``: identity key, session id, identity
+    map, committed state), so a rollback expires it and its relationships load lazily on
+    access. At 2 objects per step this is a third of the ORM query's cost.
+    """
+    mapper: Mapper[Any] = inspect(cls)
+    # An ORM query configures the mappers first; a fresh worker process may not have run one
+    # yet, and an unconfigured class has no attribute instrumentation (nor do classes defined
+    # since the last configuration). A no-op once configured.
+    mapper._check_configure()
+    if mapper.polymorphic_on is not None:
+        mapper = mapper.polymorphic_map[values[mapper.polymorphic_on.name]]
+    identity = mapper.identity_key_from_primary_key(
+        tuple(values[column.name] for column in mapper.primary_key)
+    )
+    identity_map = session.identity_map
+    existing = identity_map.get(identity)
+    if existing is not None:
+        refresh(session, existing, values)
+        return existing
+    obj = mapper.class_manager.new_instance()
+    state: InstanceState[Any] = inspect(obj)
+    dict_ = state.dict
+    for key, column in _column_map(mapper).items():
+        if column is not None:
+            dict_[key] = values[column.name]
+    state.key = identity
+    state.identity_token = identity[2]
+    state.session_id = session.hash_key
+    identity_map._add_unpresent(state, identity)
+    state._commit_all(dict_, identity_map)
+    return obj
+
+
 def refresh(session: Session, obj: Any, values: dict[str, Any]) -> None:
     """Overwrite a loaded object's columns with a row just read (``populate_existing``).
 
@@ -283,4 +331,4 @@ def refresh(session: Session, obj: Any, values: dict[str, Any]) -> None:
     state._commit_all(dict_, session.identity_map)
 
 
-__all__ = ["flush", "insert_execution", "insert_new", "refresh"]
+__all__ = ["flush", "insert_execution", "insert_new", "load", "refresh"]

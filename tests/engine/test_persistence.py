@@ -2,8 +2,9 @@
 
 Each test names one part of the contract: only changed columns are written, the object is
 clean afterwards (the commit writes nothing more), changes the fast path does not cover still
-reach the database through the unit of work, and an inserted execution is a persistent,
-fully loaded object whose NULL columns are SQL NULL.
+reach the database through the unit of work, an inserted execution is a persistent,
+fully loaded object whose NULL columns are SQL NULL, and a row read by Core becomes the
+persistent object an ORM query would have returned (``load``).
 """
 
 from __future__ import annotations
@@ -394,3 +395,110 @@ def test_several_rows_changed_in_one_flush_are_all_written(geneva_session):
             other.scalar(select(StepExecution.job_id).where(StepExecution.id == execution.id))
             == "job-42"
         )
+
+
+# --- persistence.load(): prepare's objects from its Core lock row ------------------------------
+
+
+def _row_values(session, cls, pk):  # type: ignore[no-untyped-def]
+    table = cls.__table__
+    row = session.connection().execute(select(table).where(table.c.id == pk)).one()
+    return {column.name: row._mapping[column] for column in table.columns}
+
+
+def test_load_gives_the_subclass_persistent_clean_and_in_the_identity_map(geneva_session):
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    with other_session() as other:
+        values = _row_values(other, Workflow, workflow.id)
+        loaded = persistence.load(other, Workflow, values)
+        assert type(loaded) is PersistFlow
+        state = inspect(loaded)
+        assert state.persistent and not state.modified
+        assert loaded not in other.new and loaded not in other.dirty
+        assert (loaded.id, loaded.state, loaded.next_step_name) == (workflow.id, "ready", "first")
+        with statements() as seen:
+            assert other.get(Workflow, workflow.id) is loaded  # from the identity map
+            other.commit()  # nothing to write
+        assert [s for s in seen if not s.startswith(("SELECT", "BEGIN"))] == [], seen
+
+
+def test_load_of_a_type_no_class_claims_is_a_plain_workflow(geneva_session):
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    with other_session() as other:
+        values = {**_row_values(other, Workflow, workflow.id), "type": "RemovedLongAgoFlow"}
+        assert type(persistence.load(other, Workflow, values)) is Workflow
+
+
+def test_a_loaded_object_lazy_loads_relationships_and_is_expired_by_a_rollback(geneva_session):
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    with other_session() as other:
+        loaded = persistence.load(other, Workflow, _row_values(other, Workflow, workflow.id))
+        assert [e.step_name for e in loaded.step_executions] == ["first"]
+        assert loaded.hero is not None and str(loaded.hero.id) == workflow.hero_id
+        geneva_session.execute(
+            text("UPDATE geneva_drive_workflows SET state = 'paused' WHERE id = :id"),
+            {"id": workflow.id},
+        )
+        geneva_session.commit()
+        assert loaded.state == "ready"  # this transaction's snapshot
+        other.rollback()
+        assert loaded.state == "paused"  # expired by the rollback, read again
+        assert loaded in other
+
+
+def test_load_refreshes_an_object_the_session_already_holds(geneva_session):
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    with other_session() as other:
+        held = other.get(StepExecution, workflow.current_execution.id)
+        assert held is not None and held.state == "scheduled"
+        other.commit()
+        geneva_session.execute(
+            text("UPDATE geneva_drive_step_executions SET state = 'canceled' WHERE id = :id"),
+            {"id": held.id},
+        )
+        geneva_session.commit()
+        values = _row_values(other, StepExecution, held.id)
+        assert persistence.load(other, StepExecution, values) is held
+        assert held.state == "canceled" and not inspect(held).modified
+
+
+def test_changes_to_a_loaded_object_are_written_by_flush(geneva_session):
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+    with other_session() as other:
+        loaded = persistence.load(other, Workflow, _row_values(other, Workflow, workflow.id))
+        loaded.metadata_ = {"note": "written"}
+        with statements() as seen:
+            persistence.flush(other)
+            other.commit()
+        assert any(s.startswith(("UPDATE geneva_drive_workflows", "WITH")) for s in seen), seen
+    geneva_session.expire_all()
+    assert workflow.metadata_ == {"note": "written"}
+
+
+def test_load_configures_a_class_defined_since_the_last_query(geneva_session):
+    """A fresh worker process runs load() before any ORM query: the mappers must be configured
+    by load() itself, or the new object has no attribute instrumentation."""
+    from engine.workflow import unregister
+
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    geneva_session.commit()
+
+    class PersistLateFlow(Workflow):  # leaves the mapper registry unconfigured, as at start
+        @step
+        def only(self) -> None:
+            pass
+
+    try:
+        with other_session() as other:
+            values = {**_row_values(other, Workflow, workflow.id), "type": "PersistLateFlow"}
+            loaded = persistence.load(other, Workflow, values)
+            assert type(loaded) is PersistLateFlow
+            assert (loaded.id, loaded.state) == (workflow.id, "ready")
+            assert [e.step_name for e in loaded.step_executions] == ["first"]
+    finally:
+        unregister("PersistLateFlow")
