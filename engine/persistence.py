@@ -304,15 +304,11 @@ def load(session: Session, cls: type[Any], values: dict[str, Any]) -> Any:
         return existing
     obj = mapper.class_manager.new_instance()
     state: InstanceState[Any] = inspect(obj)
-    dict_ = state.dict
-    for key, column in _column_map(mapper).items():
-        if column is not None:
-            dict_[key] = values[column.name]
     state.key = identity
     state.identity_token = identity[2]
     state.session_id = session.hash_key
     identity_map._add_unpresent(state, identity)
-    state._commit_all(dict_, identity_map)
+    refresh(session, obj, values)  # the columns, then committed: clean, as after a load
     return obj
 
 
