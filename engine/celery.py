@@ -159,7 +159,7 @@ def _on_task_prerun(**_: Any) -> None:
 
 
 def _current_process_name() -> str:
-    from billiard.process import current_process  # type: ignore[import-untyped]
+    from billiard.process import current_process  # type: ignore[import-untyped,unused-ignore]
 
     return str(current_process().name)
 
@@ -171,7 +171,7 @@ def _on_child_sigint(_signum: int, _frame: Any) -> None:
 
 
 def _forward_shutdown_to_pool_children() -> None:
-    from billiard.process import active_children  # type: ignore[import-untyped]
+    from billiard.process import active_children  # type: ignore[import-untyped,unused-ignore]
 
     for child in active_children():
         if child.pid is None:
