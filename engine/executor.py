@@ -27,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from engine import db, persistence, scheduling, signals
+from engine.compiled import Compiled
 from engine.config import settings
 from engine.errors import StepConfigurationError, StepNotDefinedError
 from engine.flow_control import FlowAction, FlowControlSignal, Interrupt
@@ -120,12 +121,17 @@ def execute(
 _WORKFLOWS = Workflow.__table__
 _EXECUTIONS = StepExecution.__table__
 assert isinstance(_WORKFLOWS, Table) and isinstance(_EXECUTIONS, Table)
-_LOCK_SQLITE = (
+_LOCK_READ = (
     select(_WORKFLOWS, _EXECUTIONS)
     .join(_EXECUTIONS, _EXECUTIONS.c.workflow_id == _WORKFLOWS.c.id)
     .where(_EXECUTIONS.c.id == bindparam("execution_id"))
 )
-_LOCK_FOR_UPDATE = _LOCK_SQLITE.with_for_update()
+_LOCK_SQLITE = Compiled(_LOCK_READ)
+_LOCK_FOR_UPDATE = Compiled(_LOCK_READ.with_for_update())
+# The row's columns, in order: the workflow's, then the execution's.
+_WORKFLOW_NAMES = tuple(column.name for column in _WORKFLOWS.columns)
+_EXECUTION_NAMES = tuple(column.name for column in _EXECUTIONS.columns)
+_SPLIT = len(_WORKFLOW_NAMES)
 
 
 def transition_step(execution: StepExecution, new_state: str, outcome: str | None = None) -> None:
@@ -245,15 +251,14 @@ class Executor:
         db.begin_write(session)
         persistence.flush(session)
         statement = _LOCK_SQLITE if db.is_sqlite(session) else _LOCK_FOR_UPDATE
-        row = session.connection().execute(statement, {"execution_id": self.execution_id}).first()
+        row = statement.first(session.connection(), {"execution_id": self.execution_id})
         if row is None:
             return None
-        mapping = row._mapping
         workflow = persistence.load(
-            session, Workflow, {c.name: mapping[c] for c in _WORKFLOWS.columns}
+            session, Workflow, dict(zip(_WORKFLOW_NAMES, row[:_SPLIT], strict=True))
         )
         execution = persistence.load(
-            session, StepExecution, {c.name: mapping[c] for c in _EXECUTIONS.columns}
+            session, StepExecution, dict(zip(_EXECUTION_NAMES, row[_SPLIT:], strict=True))
         )
         return workflow, execution
 

@@ -30,9 +30,7 @@ from typing import Any
 from sqlalchemy import (
     Column,
     Insert,
-    Select,
     Table,
-    Update,
     bindparam,
     func,
     insert,
@@ -50,6 +48,7 @@ from sqlalchemy.orm import (
 )
 from sqlalchemy.orm.base import NO_VALUE
 
+from engine.compiled import Compiled
 from engine.models import Base, StepExecution, utcnow
 
 # The tables written here: workflows (every Workflow subclass shares the one table) and step
@@ -57,8 +56,9 @@ from engine.models import Base, StepExecution, utcnow
 _FAST_TABLES = frozenset({"geneva_drive_workflows", "geneva_drive_step_executions"})
 
 # (table, columns) -> the prebuilt UPDATE; columns are the changed ones in a stable order.
-_updates: dict[tuple[str, tuple[str, ...]], Update] = {}
-_inserts: dict[tuple[str, tuple[str, ...]], Insert] = {}
+_updates: dict[tuple[str, tuple[str, ...]], Compiled] = {}
+# (table, columns, RETURNING id) -> the prebuilt INSERT.
+_inserts: dict[tuple[str, tuple[str, ...], bool], Compiled] = {}
 # mapper -> attribute key -> its single column (None for anything else: relationships, ...)
 _columns: dict[Mapper[Any], dict[str, Column[Any] | None]] = {}
 
@@ -83,23 +83,26 @@ def _bound_values(table: Table, names: tuple[str, ...], prefix: str = "") -> dic
     return {name: bindparam(f"{prefix}v_{name}", type_=table.c[name].type) for name in names}
 
 
-def _update_statement(table: Table, names: tuple[str, ...]) -> Update:
+def _update_statement(table: Table, names: tuple[str, ...]) -> Compiled:
     key = (table.name, names)
     statement = _updates.get(key)
     if statement is None:
-        statement = (
+        statement = _updates[key] = Compiled(
             update(table).where(table.c.id == bindparam("pk")).values(_bound_values(table, names))
         )
-        _updates[key] = statement
     return statement
 
 
-def _insert_statement(table: Table, names: tuple[str, ...]) -> Insert:
-    key = (table.name, names)
+def _insert_statement(table: Table, names: tuple[str, ...], returning: bool) -> Compiled:
+    """The INSERT of these columns; with ``RETURNING id`` where the database has it (else
+    the driver's ``lastrowid`` gives the id)."""
+    key = (table.name, names, returning)
     statement = _inserts.get(key)
     if statement is None:
-        statement = insert(table).values(_bound_values(table, names))
-        _inserts[key] = statement
+        built: Insert = insert(table).values(_bound_values(table, names))
+        if returning:
+            built = built.returning(table.c.id)
+        statement = _inserts[key] = Compiled(built)
     return statement
 
 
@@ -171,10 +174,10 @@ def flush(session: Session, *, asynchronous_commit: bool = False) -> None:
         combined: dict[str, Any] = {}
         for index, (_state, _table, _names, params) in enumerate(writes):
             combined.update({f"p{index}_{key}": value for key, value in params.items()})
-        connection.execute(_combined_statement(shapes, asynchronous_commit), combined)
+        _combined_statement(shapes, asynchronous_commit).execute(connection, combined)
     else:
         for _state, table, names, params in writes:
-            connection.execute(_update_statement(table, names), params)
+            _update_statement(table, names).execute(connection, params)
     for state, _table, _names, _params in writes:
         state._commit_all(state.dict, identity_map)
         # As a flush does: a rollback (of a savepoint too) expires what this transaction wrote.
@@ -183,12 +186,12 @@ def flush(session: Session, *, asynchronous_commit: bool = False) -> None:
         session.flush()
 
 
-_combined: dict[tuple[tuple[tuple[str, tuple[str, ...]], ...], bool], Select[Any]] = {}
+_combined: dict[tuple[tuple[tuple[str, tuple[str, ...]], ...], bool], Compiled] = {}
 
 
 def _combined_statement(
     shapes: tuple[tuple[str, tuple[str, ...]], ...], asynchronous_commit: bool
-) -> Select[Any]:
+) -> Compiled:
     """``WITH u0 AS (UPDATE …), u1 AS (UPDATE …) SELECT …``: PostgreSQL runs every
     data-modifying CTE exactly once, to completion, whether or not it is referenced."""
     key = (shapes, asynchronous_commit)
@@ -210,8 +213,7 @@ def _combined_statement(
             if asynchronous_commit
             else literal(1)
         )
-        statement = select(head).add_cte(*ctes)
-        _combined[key] = statement
+        statement = _combined[key] = Compiled(select(head).add_cte(*ctes))
     return statement
 
 
@@ -250,12 +252,9 @@ def insert_new(session: Session, obj: Any) -> None:
         if value is not None:
             row[column.name] = value
     names = tuple(sorted(row))
-    result = session.connection().execute(
-        _insert_statement(table, names), {f"v_{name}": row[name] for name in names}
-    )
-    primary_key = result.inserted_primary_key
-    assert primary_key is not None
-    dict_["id"] = int(primary_key[0])
+    connection = session.connection()
+    statement = _insert_statement(table, names, connection.dialect.insert_returning)
+    dict_["id"] = statement.lastrowid(connection, {f"v_{name}": row[name] for name in names})
     # Every column attribute is set (None where the row has NULL), so the object never has
     # to refresh itself. It then becomes persistent the way a flush makes an inserted object
     # persistent: registered as new in this transaction, so a rollback expunges it again.

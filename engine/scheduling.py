@@ -12,10 +12,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Table, Update, bindparam, literal_column, select, update
+from sqlalchemy import ColumnElement, Table, bindparam, literal_column, select, update
 from sqlalchemy.orm import Session
 
 from engine import db, persistence
+from engine.compiled import Compiled
 from engine.config import settings
 from engine.job_options import merge
 from engine.models import StepExecution, UTCDateTime, utcnow
@@ -82,7 +83,7 @@ def cancel_stray_executions(session: Session, workflow: Workflow) -> None:
     rows are expired so the next access reads the new state.
     """
     now = utcnow()
-    session.connection().execute(_STRAY_SWEEP, {"b_workflow_id": workflow.id, "now": now})
+    _STRAY_SWEEP.execute(session.connection(), {"b_workflow_id": workflow.id, "now": now})
     for obj in list(session.identity_map.values()):
         if (
             isinstance(obj, StepExecution)
@@ -93,14 +94,14 @@ def cancel_stray_executions(session: Session, workflow: Workflow) -> None:
             session.expire(obj, ["state", "outcome", "canceled_at", "updated_at"])
 
 
-def _stray_sweep_statement() -> Update:
+def _stray_sweep_statement() -> Compiled:
     table = StepExecution.__table__
     assert isinstance(table, Table)
     stray: list[ColumnElement[str]] = [
         literal_column(f"'{state}'") for state in sorted(STRAY_STEP_STATES)
     ]
     now = bindparam("now", type_=UTCDateTime())
-    return (
+    return Compiled(
         update(table)
         .where(table.c.workflow_id == bindparam("b_workflow_id"), table.c.state.in_(stray))
         .values(state=StepState.CANCELED, outcome=Outcome.CANCELED, canceled_at=now, updated_at=now)
