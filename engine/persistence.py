@@ -25,17 +25,21 @@ one fails there first.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
     Column,
+    ColumnElement,
     Insert,
     Table,
+    Update,
     bindparam,
     func,
     insert,
     inspect,
     literal,
+    literal_column,
     select,
     true,
     update,
@@ -50,6 +54,7 @@ from sqlalchemy.orm.base import NO_VALUE
 
 from engine.compiled import Compiled
 from engine.models import Base, StepExecution, utcnow
+from engine.states import STRAY_STEP_STATES, Outcome, StepState
 
 # The tables written here: workflows (every Workflow subclass shares the one table) and step
 # executions. Named, not imported: engine.workflow imports the scheduler, which imports this.
@@ -59,6 +64,7 @@ _FAST_TABLES = frozenset({"geneva_drive_workflows", "geneva_drive_step_execution
 _updates: dict[tuple[str, tuple[str, ...]], Compiled] = {}
 # (table, columns, RETURNING id) -> the prebuilt INSERT.
 _inserts: dict[tuple[str, tuple[str, ...], bool], Compiled] = {}
+_EXECUTIONS = Base.metadata.tables["geneva_drive_step_executions"]
 # mapper -> attribute key -> its single column (None for anything else: relationships, ...)
 _columns: dict[Mapper[Any], dict[str, Column[Any] | None]] = {}
 
@@ -126,7 +132,12 @@ def _changed_columns(state: InstanceState[Any]) -> dict[str, Any] | None:
     return changed
 
 
-def flush(session: Session, *, asynchronous_commit: bool = False) -> None:
+def flush(
+    session: Session,
+    *,
+    asynchronous_commit: bool = False,
+    sweep: tuple[int, datetime] | None = None,
+) -> bool:
     """Write the session's pending changes, workflows and executions by Core UPDATE.
 
     Anything else that is pending (new or deleted objects, other classes, relationship
@@ -136,6 +147,13 @@ def flush(session: Session, *, asynchronous_commit: bool = False) -> None:
     On PostgreSQL the UPDATEs go out as one statement (data-modifying CTEs), one round trip
     instead of one per row; ``asynchronous_commit`` adds ``set_config('synchronous_commit',
     'off', true)`` to it (the transaction's commit then does not wait for its WAL flush).
+
+    ``sweep`` (workflow id, time): cancel that workflow's stray executions (the scheduler's
+    sweep, engine/scheduling.py) in the same statement - only where that is the same as
+    sweeping first: on PostgreSQL, with changes to write, none of them to an execution that is
+    or was loaded as stray (the sweep also excludes the written rows by id: one statement never
+    changes a row twice). Returns True if it swept; False, having written nothing, if the
+    caller must sweep first and flush afterwards.
     """
     identity_map = session.identity_map
     rest = bool(session.new) or bool(session.deleted)
@@ -164,17 +182,26 @@ def flush(session: Session, *, asynchronous_commit: bool = False) -> None:
         params = {f"v_{name}": changed[name] for name in names}
         params["pk"] = state.identity[0] if state.identity else None
         writes.append((state, table, names, params))
+    connection = session.connection() if writes or asynchronous_commit or sweep else None
+    postgresql = connection is not None and connection.dialect.name == "postgresql"
+    if sweep is not None:
+        if not (postgresql and writes) or any(_stray(state) for state, *_ in writes):
+            return False
     if not writes and not asynchronous_commit:
         if rest:
             session.flush()
-        return
-    connection = session.connection()
-    if connection.dialect.name == "postgresql" and (len(writes) > 1 or asynchronous_commit):
+        return False
+    assert connection is not None
+    if postgresql and (len(writes) > 1 or asynchronous_commit or sweep is not None):
         shapes = tuple((table.name, names) for _state, table, names, _params in writes)
         combined: dict[str, Any] = {}
         for index, (_state, _table, _names, params) in enumerate(writes):
             combined.update({f"p{index}_{key}": value for key, value in params.items()})
-        _combined_statement(shapes, asynchronous_commit).execute(connection, combined)
+        if sweep is not None:
+            combined["s_workflow_id"], combined["s_now"] = sweep
+        _combined_statement(shapes, asynchronous_commit, sweep is not None).execute(
+            connection, combined
+        )
     else:
         for _state, table, names, params in writes:
             _update_statement(table, names).execute(connection, params)
@@ -184,17 +211,50 @@ def flush(session: Session, *, asynchronous_commit: bool = False) -> None:
         session._register_altered([state])
     if rest:
         session.flush()
+    return sweep is not None
 
 
-_combined: dict[tuple[tuple[tuple[str, tuple[str, ...]], ...], bool], Compiled] = {}
+def _stray(state: InstanceState[Any]) -> bool:
+    """An execution whose state is stray now or was when loaded."""
+    if state.mapper.persist_selectable is not _EXECUTIONS:
+        return False
+    loaded = state.committed_state.get("state", NO_VALUE)
+    return state.dict.get("state") in STRAY_STEP_STATES or loaded in STRAY_STEP_STATES
+
+
+def stray_sweep(prefix: str = "", exclude: tuple[str, ...] = ()) -> Update:
+    """Cancel every scheduled or waiting execution of a workflow (the "stray" sweep).
+
+    Binds ``<prefix>workflow_id`` and ``<prefix>now``; ``exclude`` names bind parameters of
+    execution ids left alone. The states are SQL literals, so the statement is built once.
+    """
+    table = _EXECUTIONS
+    stray: list[ColumnElement[str]] = [
+        literal_column(f"'{state}'") for state in sorted(STRAY_STEP_STATES)
+    ]
+    now = bindparam(f"{prefix}now", type_=table.c.updated_at.type)
+    conditions = [
+        table.c.workflow_id == bindparam(f"{prefix}workflow_id"),
+        table.c.state.in_(stray),
+    ]
+    conditions.extend(table.c.id != bindparam(name) for name in exclude)
+    return (
+        update(table)
+        .where(*conditions)
+        .values(state=StepState.CANCELED, outcome=Outcome.CANCELED, canceled_at=now, updated_at=now)
+    )
+
+
+_combined: dict[tuple[tuple[tuple[str, tuple[str, ...]], ...], bool, bool], Compiled] = {}
 
 
 def _combined_statement(
-    shapes: tuple[tuple[str, tuple[str, ...]], ...], asynchronous_commit: bool
+    shapes: tuple[tuple[str, tuple[str, ...]], ...], asynchronous_commit: bool, sweep: bool
 ) -> Compiled:
     """``WITH u0 AS (UPDATE …), u1 AS (UPDATE …) SELECT …``: PostgreSQL runs every
-    data-modifying CTE exactly once, to completion, whether or not it is referenced."""
-    key = (shapes, asynchronous_commit)
+    data-modifying CTE exactly once, to completion, whether or not it is referenced.
+    All of them see the snapshot the statement started with."""
+    key = (shapes, asynchronous_commit, sweep)
     statement = _combined.get(key)
     if statement is None:
         tables = Base.metadata.tables
@@ -208,6 +268,13 @@ def _combined_statement(
                 .returning(table.c.id)
                 .cte(f"geneva_write_{index}")
             )
+        if sweep:
+            written = tuple(
+                f"p{index}_pk"
+                for index, (table_name, _names) in enumerate(shapes)
+                if table_name == _EXECUTIONS.name
+            )
+            ctes.append(stray_sweep("s_", written).returning(_EXECUTIONS.c.id).cte("geneva_sweep"))
         head = (
             func.set_config("synchronous_commit", "off", true())
             if asynchronous_commit

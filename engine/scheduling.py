@@ -12,15 +12,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Table, bindparam, literal_column, select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from engine import db, persistence
 from engine.compiled import Compiled
 from engine.config import settings
 from engine.job_options import merge
-from engine.models import StepExecution, UTCDateTime, utcnow
-from engine.states import STRAY_STEP_STATES, Outcome, StepState, WorkflowState
+from engine.models import StepExecution, utcnow
+from engine.states import STRAY_STEP_STATES, StepState, WorkflowState
 from engine.transport import Message, new_job_id, queue_message
 
 if TYPE_CHECKING:
@@ -73,17 +73,19 @@ def current_execution(session: Session, workflow: Workflow) -> StepExecution | N
     ).first()
 
 
-def cancel_stray_executions(session: Session, workflow: Workflow) -> None:
+def cancel_stray_executions(session: Session, workflow: Workflow, *, flush: bool = False) -> None:
     """Cancel every scheduled or waiting execution of the workflow (the "stray" sweep).
 
-    Issued as a Core UPDATE on the session's connection: no autoflush, no ORM bookkeeping,
-    one statement on the (workflow_id, state) index. The statement is built once with the
-    states as SQL literals, so each call only binds the workflow id and the time (an
-    expanding ``IN`` list would be re-rendered on every execution). Loaded copies of the swept
-    rows are expired so the next access reads the new state.
+    A prebuilt Core UPDATE on the (workflow_id, state) index: no autoflush, no ORM
+    bookkeeping. ``flush=True``: the caller writes its pending changes next anyway; on
+    PostgreSQL the sweep then travels in the same statement as those changes, one round trip
+    (``persistence.flush`` says when that is the same as sweeping first; otherwise it sweeps
+    first here and the changes are written later, as without the flag). Loaded copies of the
+    swept rows are expired so the next access reads the new state.
     """
     now = utcnow()
-    _STRAY_SWEEP.execute(session.connection(), {"b_workflow_id": workflow.id, "now": now})
+    if not (flush and persistence.flush(session, sweep=(workflow.id, now))):
+        _STRAY_SWEEP.execute(session.connection(), {"workflow_id": workflow.id, "now": now})
     for obj in list(session.identity_map.values()):
         if (
             isinstance(obj, StepExecution)
@@ -94,21 +96,7 @@ def cancel_stray_executions(session: Session, workflow: Workflow) -> None:
             session.expire(obj, ["state", "outcome", "canceled_at", "updated_at"])
 
 
-def _stray_sweep_statement() -> Compiled:
-    table = StepExecution.__table__
-    assert isinstance(table, Table)
-    stray: list[ColumnElement[str]] = [
-        literal_column(f"'{state}'") for state in sorted(STRAY_STEP_STATES)
-    ]
-    now = bindparam("now", type_=UTCDateTime())
-    return Compiled(
-        update(table)
-        .where(table.c.workflow_id == bindparam("b_workflow_id"), table.c.state.in_(stray))
-        .values(state=StepState.CANCELED, outcome=Outcome.CANCELED, canceled_at=now, updated_at=now)
-    )
-
-
-_STRAY_SWEEP = _stray_sweep_statement()
+_STRAY_SWEEP = Compiled(persistence.stray_sweep())
 
 
 def job_options_for(workflow: Workflow, step_def: StepDefinition | None) -> dict[str, Any]:
@@ -192,10 +180,11 @@ def _insert_execution(
     now = utcnow()
     scheduled_for = now + wait if wait is not None else now
     message = plan_send(workflow, step_def, scheduled_for)
-    if not fresh:  # a workflow inserted in this very call has no executions to sweep
-        cancel_stray_executions(session, workflow)
     if workflow.next_step_name != step_name:  # unchanged: no UPDATE of the workflow row
         workflow.next_step_name = step_name
+    if not fresh:  # a workflow inserted in this very call has no executions to sweep
+        # The changes so far are written right after (before the INSERT): together with it.
+        cancel_stray_executions(session, workflow, flush=True)
     # One Core INSERT (the changes made so far are written first, by Core UPDATEs): the unit
     # of work would cost more than the rest of the step (engine/persistence.py).
     execution = persistence.insert_execution(

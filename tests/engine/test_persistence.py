@@ -17,7 +17,7 @@ from sqlalchemy import event, inspect, select, text
 
 from engine import Workflow, db, persistence, step
 from engine.executor import execute
-from engine.models import StepExecution
+from engine.models import StepExecution, utcnow
 from engine.states import StepState
 from tests.engine.helpers import executions, make_order, other_session
 
@@ -179,9 +179,12 @@ def test_a_step_writes_each_engine_row_once_per_phase(geneva_session):
     assert text_of_writes.count("UPDATE geneva_drive_workflows") == 2
     if db.is_sqlite(geneva_session):
         assert len(writes) == 6
-    else:  # prepare's two UPDATEs in one; the sweep; finalize's two UPDATEs in one; the INSERT
-        assert len(writes) == 4, writes
+    else:  # prepare's two UPDATEs in one; finalize's two UPDATEs and the sweep in one; the INSERT
+        assert len(writes) == 3, writes
         assert writes[0].startswith("WITH") and "set_config" in writes[0]
+        assert writes[1].startswith("WITH") and "geneva_sweep" in writes[1]
+        assert writes[1].count("UPDATE geneva_drive_step_executions") == 2
+        assert writes[2].startswith("INSERT INTO geneva_drive_step_executions")
     assert [(e.step_name, e.state) for e in executions(geneva_session, workflow)] == [
         ("first", "completed"),
         ("second", "scheduled"),
@@ -502,3 +505,63 @@ def test_load_configures_a_class_defined_since_the_last_query(geneva_session):
             assert [e.step_name for e in loaded.step_executions] == ["first"]
     finally:
         unregister("PersistLateFlow")
+
+
+def _park_a_stray(session, workflow) -> StepExecution:
+    """A waiting execution beside the workflow's current one (the one-active index leaves
+    ``waiting`` alone): what the stray sweep exists to cancel."""
+    return persistence.insert_execution(
+        session,
+        workflow_id=workflow.id,
+        step_name="second",
+        state=StepState.WAITING,
+        scheduled_for=workflow.current_execution.scheduled_for,
+    )
+
+
+def test_the_sweep_travels_with_the_changes_it_precedes(geneva_session):
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    current = workflow.current_execution
+    stray = _park_a_stray(geneva_session, workflow)
+    geneva_session.commit()
+    current.state = StepState.IN_PROGRESS  # loaded scheduled: written, and stray itself
+    with statements() as seen:
+        assert persistence.flush(geneva_session, sweep=(workflow.id, utcnow())) is False
+    assert seen == [] and current in geneva_session.dirty  # nothing written: sweep first
+    geneva_session.commit()
+
+    current.state = StepState.COMPLETED  # loaded in_progress: not stray
+    workflow.next_step_name = "second"
+    with statements() as seen:
+        swept = persistence.flush(geneva_session, sweep=(workflow.id, utcnow()))
+    if db.is_sqlite(geneva_session):  # one statement per row anyway: the caller sweeps
+        assert swept is False and seen == []
+        return
+    assert swept is True
+    assert len(seen) == 1 and "geneva_sweep" in seen[0], seen
+    geneva_session.commit()
+    rows = dict(
+        geneva_session.execute(
+            text("SELECT id, state FROM geneva_drive_step_executions WHERE workflow_id = :w"),
+            {"w": workflow.id},
+        ).all()
+    )
+    assert rows == {current.id: "completed", stray.id: "canceled"}
+    canceled_at = geneva_session.scalar(
+        text("SELECT canceled_at FROM geneva_drive_step_executions WHERE id = :id"),
+        {"id": stray.id},
+    )
+    assert canceled_at is not None
+
+
+def test_scheduling_the_next_step_cancels_a_stray_on_every_backend(geneva_session):
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    stray = _park_a_stray(geneva_session, workflow)
+    geneva_session.commit()
+    execute(workflow.current_execution.id)
+    states = {e.id: (e.step_name, e.state, e.outcome) for e in executions(geneva_session, workflow)}
+    assert states[stray.id] == ("second", "canceled", "canceled")
+    assert sorted(v for k, v in states.items() if k != stray.id) == [
+        ("first", "completed", "success"),
+        ("second", "scheduled", None),
+    ]
