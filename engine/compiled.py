@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import Connection
 from sqlalchemy.engine.interfaces import Dialect
@@ -53,7 +54,9 @@ class Compiled:
 
     def __init__(self, statement: ClauseElement) -> None:
         self.statement = statement
-        self._forms: dict[Dialect, _Form] = {}
+        # Per dialect instance (one per engine); weak, so engines that go away (a test
+        # suite makes one per database) take their forms with them.
+        self._forms: WeakKeyDictionary[Dialect, _Form] = WeakKeyDictionary()
 
     def _form(self, dialect: Dialect) -> _Form:
         form = self._forms.get(dialect)
@@ -78,6 +81,8 @@ class Compiled:
     def _run(self, connection: Connection, params: Mapping[str, Any]) -> tuple[Any, _Form]:
         form = self._form(connection.dialect)
         parameters = self._parameters(form, params)
+        if not connection.in_transaction():
+            connection.begin()  # as Connection.execute() autobegins
         cursor = connection.connection.cursor()
         try:
             connection._cursor_execute(cursor, form.sql, parameters)

@@ -198,3 +198,23 @@ def test_statements_it_cannot_run_faithfully_are_refused(geneva_session):
     )
     with pytest.raises(ValueError, match="plain statements only"):
         Compiled(expanding).first(geneva_session.connection(), {"ids": [1]})
+
+
+def test_on_a_bare_connection_it_begins_a_transaction_as_execute_would(geneva_session):
+    workflow = CompiledFlow.create(hero=make_order(geneva_session))
+    execution = _first_execution(geneva_session, workflow)
+    geneva_session.commit()
+    statement = Compiled(
+        update(_EXECUTIONS)
+        .where(_EXECUTIONS.c.id == bindparam("pk"))
+        .values(outcome="x", updated_at=bindparam("now", type_=_EXECUTIONS.c.updated_at.type))
+    )
+    with db.get_engine().connect() as connection:
+        assert not connection.in_transaction()
+        statement.execute(connection, {"pk": execution.id, "now": utcnow()})
+        assert connection.in_transaction()
+        connection.rollback()  # SQLAlchemy knows the transaction: the write is undone
+        outcome = connection.execute(
+            select(_EXECUTIONS.c.outcome).where(_EXECUTIONS.c.id == execution.id)
+        ).scalar_one()
+    assert outcome is None
