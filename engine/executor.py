@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import Table, bindparam, select
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from engine import db, persistence, scheduling, signals
@@ -262,6 +262,27 @@ class Executor:
         )
         return workflow, execution
 
+    def _lock_reconnecting(self) -> tuple[Workflow, StepExecution] | None:
+        """``_lock()``, once more on a new connection if the pooled one turned out dead.
+
+        A connection used moments ago is handed out untested (engine/db.py: the idle-window
+        check), so a database restart or a killed backend since then shows up here, at the
+        phase's first statement. Nothing is lost by starting the phase again when nothing was
+        pending (the session's own changes would be discarded by the rollback): a disconnect
+        invalidates the pool's other connections too, and the retry runs on a new one. With
+        pending changes the error propagates, as any other database error does.
+        """
+        session = self.session
+        pending = bool(session.new or session.dirty or session.deleted)
+        try:
+            return self._lock()
+        except DBAPIError as error:
+            if pending or not error.connection_invalidated:
+                raise
+            session.rollback()
+            self.log.warning("database connection lost (%s); starting the phase again", error.orig)
+            return self._lock()
+
     def _commit(self, *, asynchronous: bool = False) -> None:
         # PostgreSQL: the phase's UPDATEs (and, for the start, the asynchronous-commit setting)
         # go out as one statement (engine/persistence.py).
@@ -295,7 +316,7 @@ class Executor:
     def run(self) -> bool:
         """Run the three phases; False when the execution does not exist (nothing done)."""
         try:
-            locked = self._lock()
+            locked = self._lock_reconnecting()
             if locked is None:
                 self.session.rollback()
                 if self.missing_ok:
@@ -583,7 +604,7 @@ class Executor:
         step_def: StepDefinition,
         result: Result,
     ) -> None:
-        locked = self._lock()
+        locked = self._lock_reconnecting()
         if locked is None:
             self.log.warning("step execution vanished before finalize (workflow deleted?)")
             return

@@ -2,7 +2,9 @@
 
 A connection back in the pool for less than ``GENEVA_POOL_PING_AFTER`` seconds is handed out
 as is (no round trip); one idle for longer is pinged first, and a dead one is replaced before
-the caller sees it - a server restart or an idle-connection timeout costs no failed step.
+the caller sees it - a server restart or an idle-connection timeout costs no failed step. One
+that died within the window is met by the executor's first statement of a phase, which then
+starts the phase again on a new connection (engine/executor.py).
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from sqlalchemy import Engine, create_engine, text
+from sqlalchemy import Engine, create_engine, select, text
 from sqlalchemy.engine.url import make_url
+from sqlalchemy.orm import object_session
 from sqlalchemy.pool import NullPool
 
-from engine import db
+from engine import Workflow, db, step
+from engine.executor import execute
+from engine.models import StepExecution
 
 URL = os.environ.get("GENEVA_TEST_DATABASE_URL") or ""
 pytestmark = pytest.mark.skipif(
@@ -104,3 +109,79 @@ def test_a_bad_setting_names_itself_and_the_way_out(monkeypatch, value):
     monkeypatch.setenv("GENEVA_POOL_PING_AFTER", value)
     with pytest.raises(ValueError, match=r"GENEVA_POOL_PING_AFTER=.* seconds >= 0"):
         db.make_engine(URL)
+
+
+# --- the executor: a connection that died moments after its last use ----------------------------
+
+
+class LosesItsConnection(Workflow):
+    """The body kills the backend of the connection its session holds: finalize's first
+    statement then meets a dead connection that no checkout test would have caught."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def only(self) -> None:
+        session = object_session(self)
+        assert session is not None
+        _terminate(int(session.scalar(text("SELECT pg_backend_pid()"))))
+
+
+class QuietFlow(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def only(self) -> None:
+        pass
+
+
+def _first_execution_id(workflow_id: int) -> int:
+    with db.transaction() as session:
+        return int(
+            session.scalars(
+                select(StepExecution.id).where(StepExecution.workflow_id == workflow_id)
+            ).one()
+        )
+
+
+def _state(workflow_id: int) -> tuple[str, list[tuple[str, str]]]:
+    with db.transaction() as session:
+        workflow = session.get(Workflow, workflow_id)
+        assert workflow is not None
+        rows = session.execute(
+            select(StepExecution.state, StepExecution.outcome).where(
+                StepExecution.workflow_id == workflow_id
+            )
+        ).all()
+        return workflow.state, [tuple(row) for row in rows]
+
+
+def test_finalize_starts_again_on_a_new_connection_when_its_connection_died(
+    geneva_database, geneva_transport
+):
+    if geneva_database.schema is None:
+        pytest.skip("needs the PostgreSQL test database")
+    with db.transaction() as session:
+        workflow_id = LosesItsConnection.create(session=session).id
+    assert execute(_first_execution_id(workflow_id)) is True
+    assert _state(workflow_id) == ("finished", [("completed", "success")])
+
+
+def test_prepare_starts_again_on_a_new_connection_when_the_pooled_ones_died(
+    geneva_database, geneva_transport
+):
+    if geneva_database.schema is None:
+        pytest.skip("needs the PostgreSQL test database")
+    with db.transaction() as session:
+        workflow_id = QuietFlow.create(session=session).id
+    execution_id = _first_execution_id(workflow_id)
+    # Every connection idle in the pool was in use moments ago (no checkout test) and is dead.
+    engine = geneva_database.engine
+    held = [engine.connect() for _ in range(engine.pool.checkedin())]
+    pids = [int(c.execute(text("SELECT pg_backend_pid()")).scalar_one()) for c in held]
+    for connection in held:
+        connection.close()
+    for pid in pids:
+        _terminate(pid)
+    assert execute(execution_id) is True
+    assert _state(workflow_id) == ("finished", [("completed", "success")])
