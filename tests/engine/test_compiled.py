@@ -40,6 +40,25 @@ def _first_execution(session, workflow) -> StepExecution:
     ).one()
 
 
+def _committed_execution(session) -> StepExecution:
+    """The first execution of a new CompiledFlow, committed."""
+    execution = _first_execution(session, CompiledFlow.create(hero=make_order(session)))
+    session.commit()
+    return execution
+
+
+def _scheduled_row(workflow_id: int, now: datetime) -> dict[str, object]:
+    """The columns of a new scheduled execution of step ``second``."""
+    return {
+        "workflow_id": workflow_id,
+        "step_name": "second",
+        "state": "scheduled",
+        "scheduled_for": now,
+        "created_at": now,
+        "updated_at": now,
+    }
+
+
 def test_a_row_read_is_what_sqlalchemy_returns_for_the_same_statement(geneva_session):
     workflow = CompiledFlow.create(hero=make_order(geneva_session))
     execution = _first_execution(geneva_session, workflow)
@@ -68,9 +87,7 @@ def test_no_row_is_none(geneva_session):
 
 
 def test_bound_values_are_processed_and_the_statements_own_values_bound(geneva_session):
-    workflow = CompiledFlow.create(hero=make_order(geneva_session))
-    execution = _first_execution(geneva_session, workflow)
-    geneva_session.commit()
+    execution = _committed_execution(geneva_session)
     statement = Compiled(
         update(_EXECUTIONS)
         .where(_EXECUTIONS.c.id == bindparam("pk"))
@@ -111,14 +128,7 @@ def test_insert_gives_the_new_rows_id(geneva_session):
     geneva_session.flush()
     connection = geneva_session.connection()
     now = utcnow()
-    values = {
-        "workflow_id": workflow.id,
-        "step_name": "second",
-        "state": "scheduled",
-        "scheduled_for": now,
-        "created_at": now,
-        "updated_at": now,
-    }
+    values = _scheduled_row(workflow.id, now)
     # With RETURNING id, and without it (SQLite: the driver's lastrowid).
     for returning in (True, False):
         built = _EXECUTIONS.insert().values({k: bindparam(k) for k in values})
@@ -156,14 +166,7 @@ def test_a_driver_error_is_sqlalchemys_exception_and_the_session_recovers(geneva
     geneva_session.commit()
     # A second scheduled execution of the workflow violates the one-active unique index.
     now = utcnow()
-    values = {
-        "workflow_id": workflow.id,
-        "step_name": "second",
-        "state": "scheduled",
-        "scheduled_for": now,
-        "created_at": now,
-        "updated_at": now,
-    }
+    values = _scheduled_row(workflow.id, now)
     statement = Compiled(_EXECUTIONS.insert().values({k: bindparam(k) for k in values}))
     with pytest.raises(exc.IntegrityError):
         statement.lastrowid(geneva_session.connection(), values)
@@ -201,9 +204,7 @@ def test_statements_it_cannot_run_faithfully_are_refused(geneva_session):
 
 
 def test_on_a_bare_connection_it_begins_a_transaction_as_execute_would(geneva_session):
-    workflow = CompiledFlow.create(hero=make_order(geneva_session))
-    execution = _first_execution(geneva_session, workflow)
-    geneva_session.commit()
+    execution = _committed_execution(geneva_session)
     statement = Compiled(
         update(_EXECUTIONS)
         .where(_EXECUTIONS.c.id == bindparam("pk"))

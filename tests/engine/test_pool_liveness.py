@@ -156,27 +156,26 @@ def _state(workflow_id: int) -> tuple[str, list[tuple[str, str]]]:
         return workflow.state, [tuple(row) for row in rows]
 
 
-def test_finalize_starts_again_on_a_new_connection_when_its_connection_died(
-    geneva_database, geneva_transport
-):
-    if geneva_database.schema is None:
-        pytest.skip("needs the PostgreSQL test database")
+@pytest.fixture
+def pg_database(geneva_database, geneva_transport):  # type: ignore[no-untyped-def]
+    """The test database, configured as the engine's (PostgreSQL: see the module's skip)."""
+    assert geneva_database.schema is not None
+    return geneva_database
+
+
+def test_finalize_starts_again_on_a_new_connection_when_its_connection_died(pg_database):
     with db.transaction() as session:
         workflow_id = LosesItsConnection.create(session=session).id
     assert execute(_first_execution_id(workflow_id)) is True
     assert _state(workflow_id) == ("finished", [("completed", "success")])
 
 
-def test_prepare_starts_again_on_a_new_connection_when_the_pooled_ones_died(
-    geneva_database, geneva_transport
-):
-    if geneva_database.schema is None:
-        pytest.skip("needs the PostgreSQL test database")
+def test_prepare_starts_again_on_a_new_connection_when_the_pooled_ones_died(pg_database):
     with db.transaction() as session:
         workflow_id = QuietFlow.create(session=session).id
     execution_id = _first_execution_id(workflow_id)
     # Every connection idle in the pool was in use moments ago (no checkout test) and is dead.
-    engine = geneva_database.engine
+    engine = pg_database.engine
     held = [engine.connect() for _ in range(engine.pool.checkedin())]
     pids = [int(c.execute(text("SELECT pg_backend_pid()")).scalar_one()) for c in held]
     for connection in held:
