@@ -51,6 +51,10 @@ def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
             # the write lock (BEGIN IMMEDIATE) and must wait for a worker's commit, not fail.
             engine.db.install_sqlite_pragmas(sa_engine)
             sa_engine.dispose()
+        elif "pool_pre_ping" not in app.config.get("SQLALCHEMY_ENGINE_OPTIONS", {}):
+            # The engine's liveness check (engine/db.py): a connection that sat idle is tested
+            # before a request (or a step of `geneva-drive up`'s worker) uses it.
+            engine.db.install_idle_ping(sa_engine, engine.db.pool_ping_after())
         # The engine's own session factory uses the same database as Flask-SQLAlchemy.
         engine.db.configure(engine=sa_engine)
 
