@@ -71,6 +71,12 @@ class Collector:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--name",
+        default="celery_peer",
+        help="result name (default celery_peer, the one bench/report.py renders; give another "
+        "for side runs so they do not replace the last full run's figures)",
+    )
     args = parser.parse_args()
     n_single = 50 if args.quick else 200
     n_chain1 = 20 if args.quick else 50
@@ -132,7 +138,7 @@ def main() -> int:
         finally:
             stop_process(worker)
     print(f"[celery peer] {res}", file=sys.stderr)
-    write_result("celery_peer", res)
+    write_result(args.name, res)
     return 0
 
 
