@@ -15,34 +15,19 @@ import pytest
 from sqlalchemy import bindparam, create_engine, event, exc, func, select, text, update
 from sqlalchemy.pool import NullPool
 
-from engine import Workflow, db, step
+from engine import db
 from engine.compiled import Compiled
 from engine.executor import _LOCK_READ
 from engine.models import StepExecution, utcnow
 from tests.engine.helpers import make_order
+from tests.engine.test_persistence import PersistFlow
 
 _EXECUTIONS = StepExecution.__table__
 
 
-class CompiledFlow(Workflow):
-    @step
-    def first(self) -> None:
-        pass
-
-    @step
-    def second(self) -> None:
-        pass
-
-
-def _first_execution(session, workflow) -> StepExecution:
-    return session.scalars(
-        select(StepExecution).where(StepExecution.workflow_id == workflow.id)
-    ).one()
-
-
 def _committed_execution(session) -> StepExecution:
-    """The first execution of a new CompiledFlow, committed."""
-    execution = _first_execution(session, CompiledFlow.create(hero=make_order(session)))
+    """The first execution of a new two-step workflow, committed."""
+    execution = PersistFlow.create(hero=make_order(session)).current_execution
     session.commit()
     return execution
 
@@ -60,8 +45,8 @@ def _scheduled_row(workflow_id: int, now: datetime) -> dict[str, object]:
 
 
 def test_a_row_read_is_what_sqlalchemy_returns_for_the_same_statement(geneva_session):
-    workflow = CompiledFlow.create(hero=make_order(geneva_session))
-    execution = _first_execution(geneva_session, workflow)
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    execution = workflow.current_execution
     # Every kind of column the lock read carries: JSON, timestamps, NULLs, text, integers.
     execution.metadata_ = {"note": "ü", "nested": {"n": [1, 2.5, None, True]}}
     execution.cursor = ["a", 3]
@@ -123,8 +108,8 @@ def test_a_missing_value_is_refused_naming_it(geneva_session):
 
 
 def test_insert_gives_the_new_rows_id(geneva_session):
-    workflow = CompiledFlow.create(hero=make_order(geneva_session))
-    _first_execution(geneva_session, workflow).state = "completed"
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    workflow.current_execution.state = "completed"
     geneva_session.flush()
     connection = geneva_session.connection()
     now = utcnow()
@@ -162,7 +147,7 @@ def test_statement_listeners_see_every_compiled_statement(geneva_session):
 
 
 def test_a_driver_error_is_sqlalchemys_exception_and_the_session_recovers(geneva_session):
-    workflow = CompiledFlow.create(hero=make_order(geneva_session))
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
     geneva_session.commit()
     # A second scheduled execution of the workflow violates the one-active unique index.
     now = utcnow()

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from sqlalchemy import Engine, create_engine, select, text
@@ -31,21 +32,33 @@ pytestmark = pytest.mark.skipif(
 
 
 @pytest.fixture
-def counted(monkeypatch) -> Iterator[tuple[Engine, list[int]]]:
-    monkeypatch.setenv("GENEVA_POOL_PING_AFTER", "0.2")
-    engine = db.make_engine(URL, pool_size=1, max_overflow=0)
-    pings: list[int] = []
-    original = engine.dialect.do_ping
+def counting_engine(monkeypatch) -> Iterator[Callable[..., tuple[Engine, list[int]]]]:
+    """``counting_engine(ping_after, **engine_options)``: an engine from ``db.make_engine``
+    with a one-connection pool, and the list its dialect's pings append to."""
+    engines: list[Engine] = []
 
-    def counting_ping(dbapi_connection):  # type: ignore[no-untyped-def]
-        pings.append(1)
-        return original(dbapi_connection)
+    def build(ping_after: str, **options: Any) -> tuple[Engine, list[int]]:
+        monkeypatch.setenv("GENEVA_POOL_PING_AFTER", ping_after)
+        engine = db.make_engine(URL, pool_size=1, max_overflow=0, **options)
+        engines.append(engine)
+        pings: list[int] = []
+        original = engine.dialect.do_ping
 
-    monkeypatch.setattr(engine.dialect, "do_ping", counting_ping)
-    try:
-        yield engine, pings
-    finally:
+        def counting_ping(dbapi_connection):  # type: ignore[no-untyped-def]
+            pings.append(1)
+            return original(dbapi_connection)
+
+        monkeypatch.setattr(engine.dialect, "do_ping", counting_ping)
+        return engine, pings
+
+    yield build
+    for engine in engines:
         engine.dispose()
+
+
+@pytest.fixture
+def counted(counting_engine) -> tuple[Engine, list[int]]:  # type: ignore[no-untyped-def]
+    return counting_engine("0.2")
 
 
 def _backend(engine: Engine) -> int:
@@ -88,19 +101,19 @@ def test_a_dead_idle_connection_is_replaced_before_the_caller_sees_it(counted):
     assert pings == [1]
 
 
-def test_pool_ping_after_zero_pings_every_checkout(monkeypatch, counted):
-    monkeypatch.setenv("GENEVA_POOL_PING_AFTER", "0")
-    engine = db.make_engine(URL, pool_size=1, max_overflow=0)
-    pings: list[int] = []
-    original = engine.dialect.do_ping
-    monkeypatch.setattr(
-        engine.dialect, "do_ping", lambda connection: pings.append(1) or original(connection)
-    )
-    try:
-        for _ in range(3):
-            _backend(engine)
-    finally:
-        engine.dispose()
+def test_pool_ping_after_zero_pings_every_checkout(counting_engine):
+    engine, pings = counting_engine("0")
+    for _ in range(3):
+        _backend(engine)
+    assert len(pings) == 3
+
+
+def test_an_explicit_pool_pre_ping_keeps_sqlalchemys_own_check(counting_engine):
+    # A window of a minute would let every checkout below through untested; SQLAlchemy's
+    # pre-ping tests each reuse of the pooled connection (not the first, freshly opened one).
+    engine, pings = counting_engine("60", pool_pre_ping=True)
+    for _ in range(4):
+        _backend(engine)
     assert len(pings) == 3
 
 
