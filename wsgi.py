@@ -1,5 +1,5 @@
 """``gunicorn wsgi:app``: the dashboard application."""
 
-from app import create_app
+from geneva_drive.dashboard import create_app
 
 app = create_app()

@@ -16,12 +16,15 @@ from typing import Any
 
 from flask import Flask
 
-import engine.db
-from app import auth, config, csrf, errors, formatting, security
-from app import htmx as htmx_helpers
-from app.extensions import db, htmx, migrate
+import geneva_drive.db
+from geneva_drive.dashboard import auth, config, csrf, errors, formatting, security
+from geneva_drive.dashboard import htmx as htmx_helpers
+from geneva_drive.dashboard.extensions import db, htmx, migrate
 
-ROOT = Path(__file__).resolve().parent.parent
+# Not resolve()d: in the strict editable install the package is a tree of links, and the
+# templates, static files and migrations sit beside this file there as they do in the wheel.
+HERE = Path(__file__).parent
+MIGRATIONS = HERE.parent / "migrations"
 log = logging.getLogger(__name__)
 
 
@@ -29,8 +32,8 @@ def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
     """Build the dashboard. ``{"DEMO": True}`` opens it to loopback clients as operator."""
     app = Flask(
         __name__,
-        template_folder=str(ROOT / "templates"),
-        static_folder=str(ROOT / "static"),
+        template_folder=str(HERE / "templates"),
+        static_folder=str(HERE / "static"),
     )
     # Ids in URLs are BIGINTs: a larger number is a 404, not an overflow in the database driver.
     app.url_map.converters["int"] = security.BoundedIntConverter
@@ -42,21 +45,21 @@ def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
     _import_workflow_modules(app.config.get("WORKFLOW_MODULES"))
 
     db.init_app(app)
-    migrate.init_app(app, db, directory=str(ROOT / "migrations"))
+    migrate.init_app(app, db, directory=str(MIGRATIONS))
     htmx.init_app(app)
     with app.app_context():
         sa_engine = db.engine
         if sa_engine.dialect.name == "sqlite":
             # WAL and busy_timeout, as the engine's own connections get: operator actions take
             # the write lock (BEGIN IMMEDIATE) and must wait for a worker's commit, not fail.
-            engine.db.install_sqlite_pragmas(sa_engine)
+            geneva_drive.db.install_sqlite_pragmas(sa_engine)
             sa_engine.dispose()
         elif "pool_pre_ping" not in app.config.get("SQLALCHEMY_ENGINE_OPTIONS", {}):
             # The engine's liveness check (engine/db.py): a connection that sat idle is tested
             # before a request (or a step of `geneva-drive up`'s worker) uses it.
-            engine.db.install_idle_ping(sa_engine, engine.db.pool_ping_after())
+            geneva_drive.db.install_idle_ping(sa_engine, geneva_drive.db.pool_ping_after())
         # The engine's own session factory uses the same database as Flask-SQLAlchemy.
-        engine.db.configure(engine=sa_engine)
+        geneva_drive.db.configure(engine=sa_engine)
 
     # Order matters: CSRF refuses forged requests before auth looks at who sent them.
     csrf.init_app(app)
@@ -77,9 +80,9 @@ def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
 
 def register_blueprints(app: Flask) -> None:
     """Every blueprint of the dashboard (``auth`` registers itself in ``auth.init_app``)."""
-    from app import metrics
-    from app.dashboard import bp as dashboard_bp
-    from app.workflows import bp as workflows_bp
+    from geneva_drive.dashboard import metrics
+    from geneva_drive.dashboard.dashboard import bp as dashboard_bp
+    from geneva_drive.dashboard.workflows import bp as workflows_bp
 
     app.register_blueprint(dashboard_bp)
     app.register_blueprint(workflows_bp)

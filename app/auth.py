@@ -51,8 +51,12 @@ from flask import (
 )
 from werkzeug.security import check_password_hash
 
-from app import csrf
-from app.ratelimit import DEFAULT_MAX_FAILURES, DEFAULT_WINDOW_SECONDS, FailureLimiter
+from geneva_drive.dashboard import csrf
+from geneva_drive.dashboard.ratelimit import (
+    DEFAULT_MAX_FAILURES,
+    DEFAULT_WINDOW_SECONDS,
+    FailureLimiter,
+)
 
 ROLES = ("viewer", "operator")
 DEMO_USER = "demo"

@@ -18,7 +18,7 @@ from typing import Any
 
 from flask import Flask
 
-import engine.db
+import geneva_drive.db
 
 #: The secret used when none is configured. Sessions signed with it are forgeable, so the
 #: factory logs a warning unless the app is in demo or testing mode.
@@ -60,7 +60,7 @@ DEFAULTS: dict[str, Any] = {
 def load(app: Flask, overrides: Mapping[str, Any] | None) -> None:
     """Apply defaults, the environment and ``overrides``, in that order (later wins)."""
     app.config.update(DEFAULTS)
-    app.config["SQLALCHEMY_DATABASE_URI"] = engine.db.database_url()
+    app.config["SQLALCHEMY_DATABASE_URI"] = geneva_drive.db.database_url()
     app.config.from_prefixed_env("GENEVA")
     if overrides:
         app.config.update(overrides)

@@ -13,9 +13,9 @@ from typing import Any
 from flask import Flask, render_template
 from werkzeug.exceptions import HTTPException
 
-from app.extensions import db
-from app.htmx import is_htmx
-from engine.errors import (
+from geneva_drive.dashboard.extensions import db
+from geneva_drive.dashboard.htmx import is_htmx
+from geneva_drive.errors import (
     CursorTooLargeError,
     DuplicateWorkflowError,
     EngineError,

@@ -7,7 +7,7 @@ from flask_sqlalchemy import SQLAlchemy
 from htmx_flask import Htmx
 from sqlalchemy.orm import Session
 
-from engine.models import Base
+from geneva_drive.models import Base
 
 db = SQLAlchemy(metadata=Base.metadata)
 migrate = Migrate()

@@ -7,7 +7,7 @@ from typing import Any
 
 from flask import Flask
 
-from engine.models import utcnow
+from geneva_drive.models import utcnow
 
 
 def _span(seconds: float) -> str:

@@ -1,6 +1,6 @@
 """``GET /metrics``: the Prometheus exposition of the dashboard process.
 
-It serves the database gauges (:class:`engine.prometheus.DatabaseCollector`, cached for a few
+It serves the database gauges (:class:`geneva_drive.prometheus.DatabaseCollector`, cached for a few
 seconds) and the event counters and histograms of this process, or, in multiprocess mode
 (``PROMETHEUS_MULTIPROC_DIR``), of every process writing to that directory: gunicorn workers
 and, on the same host, Celery workers.
@@ -19,8 +19,8 @@ from flask import Blueprint, Flask, Response, current_app, request
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 
-from engine import metrics as engine_metrics
-from engine import prometheus
+from geneva_drive import metrics as engine_metrics
+from geneva_drive import prometheus
 
 bp = Blueprint("metrics", __name__)
 

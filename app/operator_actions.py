@@ -19,12 +19,12 @@ from typing import Any
 from flask import abort, current_app
 from werkzeug.exceptions import HTTPException
 
-from app.errors import REFUSALS, status_for
-from app.extensions import db
-from engine import instrumentation
-from engine.models import OperatorAction, utcnow
-from engine.serialization import compact_size, to_json_value
-from engine.workflow import Workflow
+from geneva_drive import instrumentation
+from geneva_drive.dashboard.errors import REFUSALS, status_for
+from geneva_drive.dashboard.extensions import db
+from geneva_drive.models import OperatorAction, utcnow
+from geneva_drive.serialization import compact_size, to_json_value
+from geneva_drive.workflow import Workflow
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def _record(
         message=_audit_text(message),
     )
     db.session.add(row)
-    # Feeds geneva_drive_operator_actions_total (engine.prometheus) and any other receiver.
+    # Feeds geneva_drive_operator_actions_total (geneva_drive.prometheus) and any other receiver.
     instrumentation.operator_action.send(
         "app", action=action, result=result, actor=actor, workflow_id=workflow_id
     )
@@ -269,7 +269,7 @@ def start_background_bulk(
     batch row and an operator who runs the same filter again. Each workflow is still its own
     transaction with its own audit row, exactly like a bulk action under the cap.
     """
-    from app import queries
+    from geneva_drive.dashboard import queries
 
     batch = _record(
         actor,

@@ -1,8 +1,8 @@
-"""Presenters: plain values the templates display, built from engine objects.
+"""Presenters: plain values the templates display, built from geneva_drive objects.
 
-Templates make no decisions. Which buttons exist comes from ``engine.states`` predicates
+Templates make no decisions. Which buttons exist comes from ``geneva_drive.states`` predicates
 (``allowed_operator_actions``) and the user's role; the why-is-it-waiting line comes from
-``engine.explain``. Nothing here keeps its own copy of a state rule.
+``geneva_drive.explain``. Nothing here keeps its own copy of a state rule.
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app import queries
-from app.auth import DashboardUser
-from app.formatting import duration
-from app.queries import is_stranded_step
-from engine import states
-from engine.config import settings
-from engine.explain import why_waiting_many
-from engine.models import OperatorAction, Signal, StepExecution, utcnow
-from engine.signal_matcher import matcher_name
-from engine.states import CURRENT_STEP_STATES, StepState
-from engine.steps import StepDefinition
-from engine.workflow import Workflow, workflow_class
+from geneva_drive import states
+from geneva_drive.config import settings
+from geneva_drive.dashboard import queries
+from geneva_drive.dashboard.auth import DashboardUser
+from geneva_drive.dashboard.formatting import duration
+from geneva_drive.dashboard.queries import is_stranded_step
+from geneva_drive.explain import why_waiting_many
+from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
+from geneva_drive.signal_matcher import matcher_name
+from geneva_drive.states import CURRENT_STEP_STATES, StepState
+from geneva_drive.steps import StepDefinition
+from geneva_drive.workflow import Workflow, workflow_class
 
 #: The visible label of each operator action (DASHBOARD.md, exact text).
 ACTION_LABELS = {

@@ -21,10 +21,10 @@ from flask import current_app
 from sqlalchemy import Select, and_, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from engine.config import settings
-from engine.models import OperatorAction, Signal, StepExecution, utcnow
-from engine.states import ONGOING_WORKFLOW_STATES, StepState, WorkflowState
-from engine.workflow import Workflow, registered_workflows, workflow_class
+from geneva_drive.config import settings
+from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
+from geneva_drive.states import ONGOING_WORKFLOW_STATES, StepState, WorkflowState
+from geneva_drive.workflow import Workflow, registered_workflows, workflow_class
 
 T = TypeVar("T")
 
@@ -307,9 +307,9 @@ class Overview:
 
 def overview(session: Session) -> Overview:
     """The overview's numbers. The per-class counts, overdue, waiting and stuck numbers are
-    ``engine.metrics``' snapshot, the very numbers ``/metrics`` exports (one grouped query set,
+    ``geneva_drive.metrics``' snapshot, the very numbers ``/metrics`` exports (one grouped query set,
     cached and refreshed in the background), so the page and the alerts never disagree."""
-    from engine import metrics
+    from geneva_drive import metrics
 
     now = utcnow()
     ttl = float(current_app.config.get("COUNTS_CACHE_SECONDS", 0))
@@ -362,7 +362,7 @@ def is_stranded_step(type_name: str, step_name: str | None) -> bool:
 
 
 #: What the executor records when an execution names a step its class does not define.
-STEP_NOT_DEFINED = "engine.errors.StepNotDefinedError"
+STEP_NOT_DEFINED = "geneva_drive.errors.StepNotDefinedError"
 
 
 def _latest_failed_not_defined(step_name: Any = None) -> Any:

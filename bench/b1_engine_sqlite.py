@@ -39,11 +39,11 @@ from sqlalchemy import event, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from engine import Workflow, db, step
-from engine.config import settings
-from engine.executor import execute
-from engine.models import Base
-from engine.transport import Message, set_transport
+from geneva_drive import Workflow, db, step
+from geneva_drive.config import settings
+from geneva_drive.executor import execute
+from geneva_drive.models import Base
+from geneva_drive.transport import Message, set_transport
 
 
 class BenchWorkflow(Workflow):

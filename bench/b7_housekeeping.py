@@ -6,7 +6,7 @@ in full mode), plus ongoing workflows that must survive. Then, with a Celery wor
 the engine on the same schema:
 
 1. baseline hop latency (sequential 3-step workflows);
-2. ``engine.housekeeping.cleanup`` (the production code path, default batch size) in a
+2. ``geneva_drive.housekeeping.cleanup`` (the production code path, default batch size) in a
    thread, timing every batch transaction (begin → commit on its connection), while the
    same hop probe runs;
 3. rows/s, batch p50/max, hop p99 during vs before.
@@ -87,7 +87,7 @@ def main() -> int:
                            "workflows_to_delete": finished, "ongoing_workflows": ongoing}  # fmt: skip
     from datetime import timedelta
 
-    from engine.config import settings
+    from geneva_drive.config import settings
 
     with tempfile.TemporaryDirectory(prefix="geneva-b7-") as workdir:
         stack = Stack("postgres", workdir, schema=SCHEMA)
@@ -117,8 +117,8 @@ def main() -> int:
                     batches.append(time.perf_counter() - t)
 
             settings.delete_completed_workflows_after = timedelta(days=30)
-            from engine.housekeeping import HousekeepingReport, cleanup
-            from engine.models import utcnow
+            from geneva_drive.housekeeping import HousekeepingReport, cleanup
+            from geneva_drive.models import utcnow
 
             report = HousekeepingReport()
             timing: dict[str, float] = {}

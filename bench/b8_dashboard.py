@@ -59,7 +59,7 @@ def main() -> int:
     args = parser.parse_args()
     runs = 15 if args.quick else 30
     res: dict[str, Any] = {"env": env_info(), "runs": runs, "seed": ensure_seed(args.reseed)}
-    from app import create_app
+    from geneva_drive.dashboard import create_app
 
     app = create_app({
         "TESTING": True,
@@ -70,7 +70,7 @@ def main() -> int:
     stats = {"statements": 0, "db_s": 0.0}
     starts: dict[int, float] = {}
     with app.app_context():
-        from app.extensions import db as fdb
+        from geneva_drive.dashboard.extensions import db as fdb
 
         engine = fdb.engine
 

@@ -48,7 +48,7 @@ def main() -> int:
     args = parser.parse_args()
     ensure_seed(args.reseed)
 
-    from app import create_app
+    from geneva_drive.dashboard import create_app
 
     app = create_app(
         {
@@ -60,7 +60,7 @@ def main() -> int:
     )
     statements = [0]
     with app.app_context():
-        from app.extensions import db
+        from geneva_drive.dashboard.extensions import db
 
         engine = db.engine
     event.listen(

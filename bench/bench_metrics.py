@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import Engine, event, text  # noqa: E402
 
-from engine import db, metrics  # noqa: E402
-from engine.models import Base  # noqa: E402
+from geneva_drive import db, metrics  # noqa: E402
+from geneva_drive.models import Base  # noqa: E402
 
 SCHEMA = "bench_metrics"
 CLASSES = 10
@@ -243,7 +243,7 @@ def plans(engine: Engine) -> dict[str, str]:
 
     from sqlalchemy.dialects import postgresql
 
-    from engine.models import utcnow
+    from geneva_drive.models import utcnow
 
     now = utcnow()
     statements = {
@@ -254,7 +254,7 @@ def plans(engine: Engine) -> dict[str, str]:
     }
     found = {}
     with engine.connect() as conn:
-        conn.execute(text("SET jit = off"))  # as engine.metrics.collect does
+        conn.execute(text("SET jit = off"))  # as geneva_drive.metrics.collect does
         for name, statement in statements.items():
             compiled = statement.compile(
                 dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True}
@@ -327,7 +327,7 @@ def main() -> int:
     }
 
     # 2. GET /metrics through the dashboard.
-    from app import create_app
+    from geneva_drive.dashboard import create_app
 
     flask_app = create_app(
         {

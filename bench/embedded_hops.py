@@ -1,6 +1,6 @@
 """Step-to-step hop latency of the embedded default (what ``geneva-drive up`` runs).
 
-Runs an :class:`engine.embedded.EmbeddedWorker` in this process on a fresh SQLite file (or
+Runs an :class:`geneva_drive.embedded.EmbeddedWorker` in this process on a fresh SQLite file (or
 ``GENEVA_DATABASE_URL``), starts ``--workflows`` workflows of ``--steps`` empty steps each, and
 reports ``started_at(next) - completed_at(previous)`` percentiles::
 
@@ -18,9 +18,9 @@ import time
 
 from sqlalchemy import select
 
-from engine import Workflow, db, transport
-from engine.embedded import EmbeddedWorker
-from engine.models import Base, StepExecution
+from geneva_drive import Workflow, db, transport
+from geneva_drive.embedded import EmbeddedWorker
+from geneva_drive.models import Base, StepExecution
 
 
 class BenchHopsWorkflow(Workflow):

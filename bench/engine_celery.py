@@ -1,7 +1,7 @@
 """B2/B3/B5/B6: our engine through a real Celery worker (prefork -c 2) on Redis.
 
 The bench process creates workflows (each create commits, and the after-commit hook publishes
-``geneva_drive.perform_step``); a ``celery -A engine.celery worker`` runs the steps against the
+``geneva_drive.perform_step``); a ``celery -A geneva_drive.celery worker`` runs the steps against the
 same database. Step bodies log their wall-clock start/end (bench/flows.py), so:
 
 * hop = start of step k+1 - end of step k (what the engine adds between two steps:
@@ -122,12 +122,12 @@ class Stack:
         import redis
 
         redis.Redis.from_url(REDIS_URL).flushdb()
-        from engine import db
-        from engine.models import Base
+        from geneva_drive import db
+        from geneva_drive.models import Base
 
         self.engine = db.configure(self.url)
         Base.metadata.create_all(self.engine)
-        from engine.transport import set_transport
+        from geneva_drive.transport import set_transport
 
         set_transport(None)  # the default: Celery, after commit
         import flows  # noqa: F401  (registers the workflow classes here too)
@@ -141,7 +141,7 @@ class Stack:
         env["PYTHONPATH"] = f"{ROOT}:{BENCH}"
         env["GENEVA_WORKFLOW_MODULES"] = "flows"
         cmd = [
-            PY, "-m", "celery", "-A", "engine.celery", "worker", "-P", "prefork",
+            PY, "-m", "celery", "-A", "geneva_drive.celery", "worker", "-P", "prefork",
             "-c", str(concurrency), "-l", "WARNING", "-Q", QUEUE,
             "--without-gossip", "--without-mingle", "--without-heartbeat",
         ]  # fmt: skip
@@ -166,7 +166,7 @@ class Stack:
         """Create ``n`` workflows, ``per_commit`` per transaction; [(id, time before commit)]."""
         import flows
 
-        from engine import db
+        from geneva_drive import db
 
         cls = getattr(flows, cls_name)
         out: list[tuple[int, float]] = []
@@ -189,7 +189,7 @@ class Stack:
 
     def close(self) -> None:
         self.stop_worker()
-        from engine import db
+        from geneva_drive import db
 
         db.get_engine().dispose()
         if self.backend == "postgres":
@@ -258,8 +258,8 @@ def _park(stack: Stack, n: int) -> list[int]:
     """Create ``n`` SignalFlow workflows and wait until their second step is parked."""
     from sqlalchemy import func, select
 
-    from engine import db
-    from engine.models import StepExecution
+    from geneva_drive import db
+    from geneva_drive.models import StepExecution
 
     ids = [wf for wf, _ in stack.create("SignalFlow", n)]
     deadline = Deadline(120)
@@ -282,8 +282,8 @@ def _signal(wf_id: int) -> tuple[float, float]:
     The commit includes the signal row's own durable write (an fsync on PostgreSQL) and the
     after-commit publish of the woken step; "committed" is when a webhook could answer 200.
     """
-    from engine import db
-    from engine.workflow import Workflow
+    from geneva_drive import db
+    from geneva_drive.workflow import Workflow
 
     with db.new_session() as session:
         wf = session.get(Workflow, wf_id)
@@ -332,9 +332,9 @@ def scenario_delayed(stack: Stack, quick: bool) -> dict[str, Any]:
 
     from sqlalchemy import bindparam, select, update
 
-    from engine import db
-    from engine.config import settings
-    from engine.models import StepExecution, UTCDateTime, utcnow
+    from geneva_drive import db
+    from geneva_drive.config import settings
+    from geneva_drive.models import StepExecution, UTCDateTime, utcnow
 
     table = StepExecution.__table__
     _MOVE = (
@@ -457,7 +457,7 @@ def scenario_delayed(stack: Stack, quick: bool) -> dict[str, Any]:
 
 def _dispatch_loop(stop: Any, period: float) -> None:
     """The engine's own dispatcher loop (``geneva-drive dispatcher``), without housekeeping."""
-    from engine.dispatch import run_dispatcher
+    from geneva_drive.dispatch import run_dispatcher
 
     run_dispatcher(stop, interval=period, housekeeping=False)
 
@@ -467,8 +467,8 @@ def scenario_trace(stack: Stack, quick: bool) -> dict[str, Any]:
     import hop_trace
     from sqlalchemy import select
 
-    from engine import db
-    from engine.models import StepExecution
+    from geneva_drive import db
+    from geneva_drive.models import StepExecution
 
     t = stack.timings
     hops: list[tuple[int, int, float, float]] = []

@@ -36,9 +36,9 @@ def main() -> int:
         os.environ["GENEVA_BENCH_TIMINGS"] = tdir
         import flows
 
-        from engine import db, transport
-        from engine.embedded import EmbeddedWorker
-        from engine.models import Base
+        from geneva_drive import db, transport
+        from geneva_drive.embedded import EmbeddedWorker
+        from geneva_drive.models import Base
 
         db.configure(f"sqlite:///{tmp}/embedded.sqlite3")
         Base.metadata.create_all(db.get_engine())

@@ -11,7 +11,7 @@ import os
 import time
 from datetime import timedelta
 
-from engine import Workflow, step
+from geneva_drive import Workflow, step
 
 _fd: int | None = None
 

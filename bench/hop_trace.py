@@ -32,7 +32,7 @@ def _trace(tag: str, execution_id: Any) -> None:
 def install() -> None:
     import celery.signals
 
-    from engine import executor
+    from geneva_drive import executor
 
     @celery.signals.task_received.connect(weak=False)
     def _received(request: Any = None, **_: Any) -> None:

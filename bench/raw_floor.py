@@ -33,7 +33,7 @@ from common import (
 )
 from sqlalchemy import Engine, text
 
-from engine import db
+from geneva_drive import db
 
 SCHEMA = "geneva_bench_raw"
 

@@ -2,17 +2,17 @@
 
 Public API (SPEC §2)::
 
-    from engine import (Workflow, step, resumable_step, removed_step, ExceptionPolicy,
+    from geneva_drive import (Workflow, step, resumable_step, removed_step, ExceptionPolicy,
                         SignalMatcher, IterableStep, settings, with_inline_enqueue)
 """
 
-from engine.config import settings
-from engine.iteration import IterableStep
-from engine.policies import CombinedExceptionPolicy, ExceptionPolicy
-from engine.signal_matcher import SignalMatcher
-from engine.steps import removed_step, resumable_step, step
-from engine.transport import with_inline_enqueue
-from engine.workflow import Workflow, register_hero_class
+from geneva_drive.config import settings
+from geneva_drive.iteration import IterableStep
+from geneva_drive.policies import CombinedExceptionPolicy, ExceptionPolicy
+from geneva_drive.signal_matcher import SignalMatcher
+from geneva_drive.steps import removed_step, resumable_step, step
+from geneva_drive.transport import with_inline_enqueue
+from geneva_drive.workflow import Workflow, register_hero_class
 
 __all__ = [
     "CombinedExceptionPolicy",

@@ -9,8 +9,8 @@ recovers the row once it is stuck).
 
 Processes::
 
-    celery -A engine.celery worker            # runs steps (GENEVA_BROKER_URL, GENEVA_DATABASE_URL)
-    celery -A engine.celery beat              # dispatch_due every dispatch_interval, housekeeping
+    celery -A geneva_drive.celery worker            # runs steps (GENEVA_BROKER_URL, GENEVA_DATABASE_URL)
+    celery -A geneva_drive.celery beat              # dispatch_due every dispatch_interval, housekeeping
 
 Each worker process imports ``GENEVA_WORKFLOW_MODULES`` and configures its own database
 engine after the fork. On a warm shutdown (the first Ctrl-C / SIGTERM) running resumable
@@ -32,8 +32,8 @@ from typing import Any
 from celery import Celery, Task
 from celery.signals import task_prerun, worker_init, worker_process_init, worker_shutting_down
 
-from engine.config import settings
-from engine.transport import Message
+from geneva_drive.config import settings
+from geneva_drive.transport import Message
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ def perform_step(step_execution_id: int) -> None:
     between the sender's commit and this read, as the gem rides out) is retried 5 times,
     0.1 s apart, without a separate lookup session per message.
     """
-    from engine import executor
+    from geneva_drive import executor
 
     for attempt in range(5):
         if executor.execute(step_execution_id, missing_ok=True):
@@ -106,15 +106,15 @@ def perform_step(step_execution_id: int) -> None:
 
 
 def dispatch_due_task() -> int:
-    """Beat task: one dispatcher sweep (:func:`engine.dispatch.dispatch_due`)."""
-    from engine.dispatch import dispatch_due
+    """Beat task: one dispatcher sweep (:func:`geneva_drive.dispatch.dispatch_due`)."""
+    from geneva_drive.dispatch import dispatch_due
 
     return dispatch_due()
 
 
 def housekeeping_task() -> dict[str, int]:
     """Beat task: one housekeeping run; returns the gem's result keys."""
-    from engine.housekeeping import run
+    from geneva_drive.housekeeping import run
 
     return run().as_dict()
 
@@ -125,8 +125,8 @@ def housekeeping_task() -> dict[str, int]:
 def _on_worker_init(**_: Any) -> None:
     # The main worker process: the solo and threads pools run steps here, and prefork children
     # inherit the imported workflow classes.
-    from engine import prometheus
-    from engine.bootstrap import import_workflow_modules
+    from geneva_drive import prometheus
+    from geneva_drive.bootstrap import import_workflow_modules
 
     import_workflow_modules()
     # Event metrics (inherited by prefork children) and GENEVA_WORKER_METRICS_PORT's server.
@@ -136,8 +136,8 @@ def _on_worker_init(**_: Any) -> None:
 
 def _on_worker_process_init(**_: Any) -> None:
     # A prefork child: never reuse the parent's pooled connections across fork; open its own.
-    from engine import db
-    from engine.bootstrap import import_workflow_modules
+    from geneva_drive import db
+    from geneva_drive.bootstrap import import_workflow_modules
 
     import_workflow_modules()
     if db._engine is not None:
@@ -165,7 +165,7 @@ def _current_process_name() -> str:
 
 
 def _on_child_sigint(_signum: int, _frame: Any) -> None:
-    from engine.executor import request_shutdown
+    from geneva_drive.executor import request_shutdown
 
     request_shutdown()
 
@@ -186,7 +186,7 @@ def _on_worker_shutting_down(**_: Any) -> None:
     # Warm shutdown: resumable steps running in this process stop at their next checkpoint
     # (outcome continued, successor scheduled) instead of holding the shutdown up. Ordinary
     # steps run to the end; the message is acknowledged only afterwards (acks_late).
-    from engine.executor import request_shutdown
+    from geneva_drive.executor import request_shutdown
 
     log.info("worker shutting down: asking resumable steps to stop at their next checkpoint")
     request_shutdown()
@@ -253,5 +253,5 @@ class CeleryTransport:
         self.celery.send_task(PERFORM_STEP_TASK, args=[message.execution_id], **options)
 
 
-#: The app ``celery -A engine.celery`` finds.
+#: The app ``celery -A geneva_drive.celery`` finds.
 app = make_celery()

@@ -2,7 +2,7 @@
 
 ``geneva-drive up [--demo] [--host 127.0.0.1] [--port 8000]`` is the embedded default (SPEC
 §3): it migrates the database (a SQLite file under ``./var/`` unless ``GENEVA_DATABASE_URL``
-says otherwise), then runs the dashboard, an embedded worker (:mod:`engine.embedded`; the
+says otherwise), then runs the dashboard, an embedded worker (:mod:`geneva_drive.embedded`; the
 step-execution table is the queue, no broker) and the housekeeping loop in one process, and
 stops cleanly on Ctrl-C or SIGTERM. ``--demo`` registers the example workflows, seeds a few
 hundred of them in every state, and keeps starting new ones.
@@ -10,9 +10,9 @@ hundred of them in every state, and keeps starting new ones.
 Other commands, for running the roles separately:
 
 - ``geneva-drive worker`` — an embedded worker (and housekeeping) on the configured database;
-  several may share one database. With Celery, run ``celery -A engine.celery worker`` instead.
+  several may share one database. With Celery, run ``celery -A geneva_drive.celery worker`` instead.
 - ``geneva-drive dispatcher`` — the dispatcher loop for Celery deployments (sends due
-  executions, runs housekeeping); an alternative to ``celery -A engine.celery beat``.
+  executions, runs housekeeping); an alternative to ``celery -A geneva_drive.celery beat``.
 - ``geneva-drive housekeeping`` — one housekeeping run; prints the report as JSON.
 - ``geneva-drive migrate`` — upgrade the database schema and exit.
 
@@ -35,9 +35,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from engine import db, transport
-from engine.bootstrap import import_workflow_modules, workflow_module_names
-from engine.embedded import DEFAULT_POLL_INTERVAL, EmbeddedWorker
+from geneva_drive import db, transport
+from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
+from geneva_drive.embedded import DEFAULT_POLL_INTERVAL, EmbeddedWorker
 
 log = logging.getLogger(__name__)
 
@@ -133,8 +133,8 @@ def _embedded_database_url() -> None:
 
 def _load_modules(demo: bool) -> None:
     names = workflow_module_names()
-    if demo and "examples" not in names:
-        names.append("examples")
+    if demo and "geneva_drive.examples" not in names:
+        names.append("geneva_drive.examples")
     import_workflow_modules(names)
 
 
@@ -142,7 +142,7 @@ def _load_modules(demo: bool) -> None:
 
 
 def _create_dashboard(demo: bool) -> Any:
-    app_module = importlib.import_module("app")
+    app_module = importlib.import_module("geneva_drive.dashboard")
     flask_app = app_module.create_app({"DEMO": True} if demo else None)
     with flask_app.app_context():
         sa_engine = flask_app.extensions["sqlalchemy"].engine
@@ -161,10 +161,10 @@ def _migrate(flask_app: Any, demo: bool, log_level: str) -> None:
         flask_migrate.upgrade()
     _setup_logging(log_level)
     if demo:
-        from engine.models import Base
+        from geneva_drive.models import Base
 
         # The demo heroes' tables are not part of the engine's migrations (examples/models.py).
-        demo_tables = importlib.import_module("examples.models").DEMO_TABLES
+        demo_tables = importlib.import_module("geneva_drive.examples.models").DEMO_TABLES
         Base.metadata.create_all(db.get_engine(), tables=demo_tables)
     log.info("database ready: %s", db.get_engine().url.render_as_string(hide_password=True))
 
@@ -199,7 +199,7 @@ def _thread(target: Callable[..., None], name: str, *args: Any, **kwargs: Any) -
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from engine.dispatch import run_dispatcher
+    from geneva_drive.dispatch import run_dispatcher
 
     stopper = _Stopper()
     _embedded_database_url()
@@ -219,7 +219,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     threads: list[threading.Thread] = []
     try:
-        seed: Any = importlib.import_module("examples.seed") if args.demo else None
+        seed: Any = importlib.import_module("geneva_drive.examples.seed") if args.demo else None
         if seed is not None and not stopper.event.is_set():
             seed.seed(stop=stopper.event)
         if not stopper.event.is_set():
@@ -249,7 +249,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from engine.dispatch import run_dispatcher
+    from geneva_drive.dispatch import run_dispatcher
 
     stopper = _Stopper()
     import_workflow_modules()
@@ -278,7 +278,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:
-    from engine.dispatch import run_dispatcher
+    from geneva_drive.dispatch import run_dispatcher
 
     stopper = _Stopper()
     import_workflow_modules()
@@ -289,7 +289,7 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
 
 
 def cmd_housekeeping(args: argparse.Namespace) -> int:
-    from engine.housekeeping import run
+    from geneva_drive.housekeeping import run
 
     import_workflow_modules()
     db.configure()

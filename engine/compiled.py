@@ -135,7 +135,7 @@ def _compile(statement: ClauseElement, dialect: Dialect) -> _Form:
         or compiled.post_compile_params
     ):
         raise ValueError(
-            "engine.compiled runs plain statements only: no escaped, expanding or "
+            "geneva_drive.compiled runs plain statements only: no escaped, expanding or "
             f"literal-execute parameters in {compiled.string!r}"
         )
     prefetch = [column.name for column in (*compiled.insert_prefetch, *compiled.update_prefetch)]
@@ -143,7 +143,7 @@ def _compile(statement: ClauseElement, dialect: Dialect) -> _Form:
         # Python-side defaults (``default=``/``onupdate=``) are computed by SQLAlchemy's
         # execution context, which this path skips: the statement must bind them itself.
         raise ValueError(
-            f"engine.compiled needs {', '.join(prefetch)} bound explicitly: SQLAlchemy would "
+            f"geneva_drive.compiled needs {', '.join(prefetch)} bound explicitly: SQLAlchemy would "
             f"compute the column's Python-side default, which this path does not ({compiled.string!r})"
         )
     required = frozenset(
@@ -161,7 +161,7 @@ def _compile(statement: ClauseElement, dialect: Dialect) -> _Form:
         if callable(processor):
             processors[name] = processor
         elif processor is not None:  # a sequence: a tuple-valued bind
-            raise ValueError(f"engine.compiled has no tuple-valued binds ({name!r})")
+            raise ValueError(f"geneva_drive.compiled has no tuple-valued binds ({name!r})")
     results = tuple(
         entry.type._cached_result_processor(dialect, None) for entry in compiled._result_columns
     )

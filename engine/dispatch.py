@@ -29,12 +29,12 @@ from datetime import datetime
 from sqlalchemy import Select, or_, select
 from sqlalchemy.orm import Session
 
-from engine import db, scheduling
-from engine.config import settings
-from engine.instrumentation import ContextAdapter, report_error
-from engine.models import StepExecution, utcnow
-from engine.states import StepState, WorkflowState
-from engine.workflow import Workflow
+from geneva_drive import db, scheduling
+from geneva_drive.config import settings
+from geneva_drive.instrumentation import ContextAdapter, report_error
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.states import StepState, WorkflowState
+from geneva_drive.workflow import Workflow
 
 log = logging.getLogger(__name__)
 
@@ -140,13 +140,13 @@ def run_dispatcher(
 ) -> None:
     """Dispatch every ``interval`` seconds (default ``settings.dispatch_interval``) until stopped.
 
-    Also runs :func:`engine.housekeeping.run` every ``settings.housekeeping_interval`` when
+    Also runs :func:`geneva_drive.housekeeping.run` every ``settings.housekeeping_interval`` when
     ``housekeeping`` is true. ``dispatch=False`` runs housekeeping alone (the embedded worker
     reads due executions from the table itself, so it needs no sends);
     ``first_housekeeping_after`` seconds delay the first housekeeping run. Errors are reported
     and the loop carries on: a database restart must not need a dispatcher restart.
     """
-    from engine.housekeeping import run as run_housekeeping
+    from geneva_drive.housekeeping import run as run_housekeeping
 
     next_housekeeping = time.monotonic() + first_housekeeping_after
     log.info("dispatcher started")

@@ -3,7 +3,7 @@
 ``geneva-drive up`` (and ``geneva-drive worker``) need no broker. The database already holds
 the queue: due ``scheduled`` executions of ``ready`` workflows, on the ``(state,
 scheduled_for)`` index. A poller thread reads it every ``poll_interval`` (25 ms by default)
-and feeds a few worker threads that call :func:`engine.executor.execute`. Nothing is marked
+and feeds a few worker threads that call :func:`geneva_drive.executor.execute`. Nothing is marked
 or deleted to "consume" a message: the executor only starts an execution that is still
 ``scheduled``, under the workflow lock, so a row picked by two pollers (two ``worker``
 processes on one database) still runs once, and the row itself records what happened.
@@ -29,12 +29,12 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from engine import db, executor
-from engine.instrumentation import report_error
-from engine.models import StepExecution, utcnow
-from engine.states import StepState, WorkflowState
-from engine.transport import Message
-from engine.workflow import Workflow
+from geneva_drive import db, executor
+from geneva_drive.instrumentation import report_error
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.states import StepState, WorkflowState
+from geneva_drive.transport import Message
+from geneva_drive.workflow import Workflow
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@
     ├── WorkflowNotOngoing           signal() on a finished or canceled workflow
     └── DuplicateWorkflowError       a second ongoing workflow of one class for one hero
 
-Flow-control interrupts are *not* errors; they live in :mod:`engine.flow_control`.
+Flow-control interrupts are *not* errors; they live in :mod:`geneva_drive.flow_control`.
 """
 
 from __future__ import annotations

@@ -26,15 +26,15 @@ from sqlalchemy import Table, bindparam, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from engine import db, persistence, scheduling, signals
-from engine.compiled import Compiled
-from engine.config import settings
-from engine.errors import StepConfigurationError, StepNotDefinedError
-from engine.flow_control import FlowAction, FlowControlSignal, Interrupt
-from engine.instrumentation import ContextAdapter, instrument, report_error
-from engine.models import Signal, StepExecution, utcnow
-from engine.policies import PolicyResult, resolution_stack
-from engine.states import (
+from geneva_drive import db, persistence, scheduling, signals
+from geneva_drive.compiled import Compiled
+from geneva_drive.config import settings
+from geneva_drive.errors import StepConfigurationError, StepNotDefinedError
+from geneva_drive.flow_control import FlowAction, FlowControlSignal, Interrupt
+from geneva_drive.instrumentation import ContextAdapter, instrument, report_error
+from geneva_drive.models import Signal, StepExecution, utcnow
+from geneva_drive.policies import PolicyResult, resolution_stack
+from geneva_drive.states import (
     STEP_STATE_TIMESTAMP,
     Outcome,
     StepState,
@@ -43,10 +43,10 @@ from engine.states import (
     check_workflow_transition,
     is_runnable,
 )
-from engine.steps import StepDefinition, evaluate_condition
-from engine.workflow import Workflow, executing
+from geneva_drive.steps import StepDefinition, evaluate_condition
+from geneva_drive.workflow import Workflow, executing
 
-log = logging.getLogger("engine.executor")
+log = logging.getLogger("geneva_drive.executor")
 
 _FINAL_TIMESTAMPED = {StepState.COMPLETED, StepState.FAILED, StepState.SKIPPED, StepState.CANCELED}
 
@@ -544,7 +544,7 @@ class Executor:
                     step_def.run(workflow)
                     result = Completed()
                 else:
-                    from engine.iteration import IterableStep
+                    from geneva_drive.iteration import IterableStep
 
                     iterable = IterableStep(step_def.name, execution, executor=self)
                     try:

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from engine.config import settings
-from engine.models import OperatorAction, StepExecution, utcnow
-from engine.states import (
+from geneva_drive.config import settings
+from geneva_drive.models import OperatorAction, StepExecution, utcnow
+from geneva_drive.states import (
     CURRENT_STEP_STATES,
     RUNNABLE_WORKFLOW_STATES,
     StepState,
@@ -23,7 +23,7 @@ from engine.states import (
 )
 
 if TYPE_CHECKING:
-    from engine.workflow import Workflow
+    from geneva_drive.workflow import Workflow
 
 
 def humanize(delta: timedelta) -> str:
@@ -90,7 +90,7 @@ def _load_facts(session: Session, workflows: list[Workflow]) -> _Facts:
 
 def why_waiting(workflow: Workflow, now: datetime | None = None) -> str:
     """The line for one workflow (it must be attached to a session)."""
-    from engine import scheduling
+    from geneva_drive import scheduling
 
     session = scheduling.session_of(workflow)
     return _line(workflow, _load_facts(session, [workflow]), now or utcnow())

@@ -14,7 +14,7 @@ One :func:`run` does, in the gem's order:
 3. **Stuck scheduled** recovery: ``scheduled_for`` older than ``stuck_scheduled_threshold``
    (a message that never arrived and was not resent), in ``(state, scheduled_for)`` order.
    ``waiting`` executions are never touched: waiting for a signal for months is legitimate.
-4. **Gauges** through :mod:`engine.metrics_facade`.
+4. **Gauges** through :mod:`geneva_drive.metrics_facade`.
 
 Recovery locks the workflow, then the execution (both re-read) and does nothing unless the
 execution is still scheduled or in_progress. ``stuck_recovery_action``:
@@ -32,7 +32,7 @@ execution of a paused workflow is closed without scheduling another one; ``resum
 retries the step.
 
 Every row is recovered in its own transaction. A row whose recovery raises is logged,
-reported through :func:`engine.instrumentation.report_error`, left as it was, and excluded
+reported through :func:`geneva_drive.instrumentation.report_error`, left as it was, and excluded
 for the rest of the run, so a poisoned row can never make the sweep loop forever.
 """
 
@@ -60,19 +60,19 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from engine import db, scheduling
-from engine.config import settings
-from engine.executor import transition_step
-from engine.instrumentation import ContextAdapter, housekeeping_performed, report_error
-from engine.models import Signal, StepExecution, utcnow
-from engine.states import (
+from geneva_drive import db, scheduling
+from geneva_drive.config import settings
+from geneva_drive.executor import transition_step
+from geneva_drive.instrumentation import ContextAdapter, housekeeping_performed, report_error
+from geneva_drive.models import Signal, StepExecution, utcnow
+from geneva_drive.states import (
     TERMINAL_WORKFLOW_STATES,
     Outcome,
     StepState,
     WorkflowState,
     is_terminal,
 )
-from engine.workflow import Workflow
+from geneva_drive.workflow import Workflow
 
 log = logging.getLogger(__name__)
 
@@ -432,10 +432,10 @@ def _recover(session: Session, workflow: Workflow, execution: StepExecution, now
 def report_gauges(now: datetime) -> None:
     """Emit the gem's gauges (reference §4.5) through :func:`metrics_facade.set_gauge`.
 
-    The counts come from :func:`engine.metrics.collect`, the same grouped queries that
+    The counts come from :func:`geneva_drive.metrics.collect`, the same grouped queries that
     ``/metrics`` and the dashboard overview read, so the three can never disagree.
     """
-    from engine import metrics
+    from geneva_drive import metrics
 
     with db.new_session() as session:
         snapshot = metrics.collect(session, now)

@@ -4,7 +4,7 @@ Events are blinker signals on a private namespace (named after the gem's
 ``precondition.geneva_drive``, ``step.geneva_drive`` and ``finalize.geneva_drive``). Each is
 sent once the measured block is over, with ``duration`` (seconds) in the payload::
 
-    from engine.instrumentation import step_performed
+    from geneva_drive.instrumentation import step_performed
 
     @step_performed.connect
     def on_step(sender, **payload): ...

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Select, literal, tuple_, update
 from sqlalchemy.exc import DBAPIError
 
-from engine.flow_control import Interrupt
-from engine.models import StepExecution, utcnow
-from engine.serialization import serialize_cursor
+from geneva_drive.flow_control import Interrupt
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.serialization import serialize_cursor
 
 if TYPE_CHECKING:
-    from engine.executor import Executor
+    from geneva_drive.executor import Executor
 
 
 class IterableStep:

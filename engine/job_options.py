@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from engine.errors import StepConfigurationError
+from geneva_drive.errors import StepConfigurationError
 
 ALLOWED_KEYS = ("wait", "wait_until", "queue", "priority")
 

@@ -56,17 +56,17 @@ from typing import Any
 from sqlalchemy import Engine, case, func, select, text
 from sqlalchemy.orm import Session
 
-from engine import db
-from engine.config import settings
-from engine.models import StepExecution, utcnow
-from engine.states import RUNNABLE_WORKFLOW_STATES, StepState, WorkflowState
+from geneva_drive import db
+from geneva_drive.config import settings
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.states import RUNNABLE_WORKFLOW_STATES, StepState, WorkflowState
 
 #: How long a snapshot is served from the cache (Prometheus scrapes every 15 to 60 s).
 CACHE_SECONDS = 5.0
 #: How much longer an expired snapshot is still served while one is refreshed in the background.
 STALE_SECONDS = 60.0
 
-log = logging.getLogger("engine.metrics")
+log = logging.getLogger("geneva_drive.metrics")
 
 #: Every workflow state, in display order; each class gets all of them (zeros included).
 WORKFLOW_STATES: tuple[str, ...] = tuple(s.value for s in WorkflowState)
@@ -238,7 +238,7 @@ _se = StepExecution.__table__
 
 
 def _workflows_table() -> Any:
-    from engine.workflow import Workflow
+    from geneva_drive.workflow import Workflow
 
     return Workflow.__table__
 
@@ -457,7 +457,7 @@ def report_gauges(snapshot: MetricsSnapshot, set_gauge: GaugeSetter | None = Non
     ``geneva_drive.waiting_overdue`` (total and per class with overdue waiters).
     """
     if set_gauge is None:
-        from engine import metrics_facade
+        from geneva_drive import metrics_facade
 
         set_gauge = metrics_facade.set_gauge
     for state, total in snapshot.state_totals.items():

@@ -9,7 +9,7 @@ Names are the gem's (``geneva_drive.ready``, ``geneva_drive.paused_ratio``,
 empty for totals and ``{"workflow": <type>}`` per workflow class. A Prometheus exporter (or a
 StatsD client, or a test) subscribes with::
 
-    from engine import metrics_facade
+    from geneva_drive import metrics_facade
 
     def to_prometheus(name: str, value: float, tags: Mapping[str, str]) -> None: ...
 

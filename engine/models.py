@@ -4,7 +4,7 @@
 Flask-Migrate are bound to, and what the test fixture creates. Applications may map their own
 hero models on it or on any other base.
 
-The workflow model itself (``Workflow``) lives in :mod:`engine.workflow` because workflow
+The workflow model itself (``Workflow``) lives in :mod:`geneva_drive.workflow` because workflow
 classes are single-table-inheritance subclasses of it; it is re-exported here.
 """
 
@@ -31,10 +31,10 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from engine.states import Outcome, SignalState, StepState
+from geneva_drive.states import Outcome, SignalState, StepState
 
 if TYPE_CHECKING:
-    from engine.workflow import Workflow
+    from geneva_drive.workflow import Workflow
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -212,13 +212,13 @@ class StepExecution(TimestampMixin, Base):
     @property
     def cursor_value(self) -> Any:
         """The deserialized cursor (dates, datetimes, UUIDs and decimals come back typed)."""
-        from engine.serialization import deserialize
+        from geneva_drive.serialization import deserialize
 
         return deserialize(self.cursor)
 
     @cursor_value.setter
     def cursor_value(self, value: Any) -> None:
-        from engine.serialization import serialize_cursor
+        from geneva_drive.serialization import serialize_cursor
 
         self.cursor = serialize_cursor(value)
 
@@ -232,7 +232,7 @@ class StepExecution(TimestampMixin, Base):
 
     @property
     def is_active(self) -> bool:
-        from engine.states import CURRENT_STEP_STATES
+        from geneva_drive.states import CURRENT_STEP_STATES
 
         return self.state in CURRENT_STEP_STATES
 
@@ -297,7 +297,7 @@ class Signal(TimestampMixin, Base):
 
     @property
     def payload(self) -> Any:
-        from engine.serialization import deserialize
+        from geneva_drive.serialization import deserialize
 
         return deserialize(self.payload_json)
 
@@ -349,9 +349,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # ``from engine.models import Workflow`` works without a circular import at module load.
+    # ``from geneva_drive.models import Workflow`` works without a circular import at module load.
     if name == "Workflow":
-        from engine.workflow import Workflow
+        from geneva_drive.workflow import Workflow
 
         return Workflow
     raise AttributeError(name)

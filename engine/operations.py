@@ -2,7 +2,7 @@
 
 Each runs in the caller's transaction under the workflow lock, rechecks the state after taking
 the lock, and refuses with :class:`InvalidStateError` naming the workflow and the way out.
-The predicates live in :mod:`engine.states`; nothing here has its own copy of the rules.
+The predicates live in :mod:`geneva_drive.states`; nothing here has its own copy of the rules.
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from engine import scheduling, signals, states
-from engine.errors import InvalidStateError, StepNotDefinedError
-from engine.models import StepExecution, utcnow
-from engine.states import Outcome, StepState, WorkflowState
+from geneva_drive import scheduling, signals, states
+from geneva_drive.errors import InvalidStateError, StepNotDefinedError
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.states import Outcome, StepState, WorkflowState
 
 if TYPE_CHECKING:
-    from engine.workflow import Workflow
+    from geneva_drive.workflow import Workflow
 
 
 def _label(workflow: Workflow) -> str:
@@ -289,8 +289,8 @@ def resume_at(
 
 
 def _target_class(workflow: Workflow, workflow_class: type[Workflow] | str | None) -> Any:
-    from engine.workflow import Workflow as BaseWorkflow
-    from engine.workflow import registered_workflows
+    from geneva_drive.workflow import Workflow as BaseWorkflow
+    from geneva_drive.workflow import registered_workflows
 
     if workflow_class is None:
         return type(workflow)
@@ -314,9 +314,9 @@ def _target_class(workflow: Workflow, workflow_class: type[Workflow] | str | Non
 
 def _check_slot_free(session: Any, workflow: Workflow, target: Any) -> None:
     """Moving onto ``target`` must not give a hero two ongoing workflows of one class."""
-    from engine.errors import DuplicateWorkflowError
-    from engine.states import TERMINAL_WORKFLOW_STATES
-    from engine.workflow import Workflow as BaseWorkflow
+    from geneva_drive.errors import DuplicateWorkflowError
+    from geneva_drive.states import TERMINAL_WORKFLOW_STATES
+    from geneva_drive.workflow import Workflow as BaseWorkflow
 
     if workflow.allow_multiple or workflow.hero_type is None:
         return

@@ -52,12 +52,12 @@ from sqlalchemy.orm import (
 )
 from sqlalchemy.orm.base import NO_VALUE
 
-from engine.compiled import Compiled
-from engine.models import Base, StepExecution, utcnow
-from engine.states import STRAY_STEP_STATES, Outcome, StepState
+from geneva_drive.compiled import Compiled
+from geneva_drive.models import Base, StepExecution, utcnow
+from geneva_drive.states import STRAY_STEP_STATES, Outcome, StepState
 
 # The tables written here: workflows (every Workflow subclass shares the one table) and step
-# executions. Named, not imported: engine.workflow imports the scheduler, which imports this.
+# executions. Named, not imported: geneva_drive.workflow imports the scheduler, which imports this.
 _FAST_TABLES = frozenset({"geneva_drive_workflows", "geneva_drive_step_executions"})
 
 # (table, columns) -> the prebuilt UPDATE; columns are the changed ones in a stable order.

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from engine.config import to_timedelta
-from engine.flow_control import FlowControlSignal
+from geneva_drive.config import to_timedelta
+from geneva_drive.flow_control import FlowControlSignal
 
-log = logging.getLogger("engine.policies")
+log = logging.getLogger("geneva_drive.policies")
 
 ACTIONS = ("pause", "cancel", "reattempt", "skip")
 TERMINAL_ACTIONS = ("pause", "cancel", "skip")
@@ -303,7 +303,7 @@ def step_policy_from_option(
 
     Raises StepConfigurationError with the gem's messages, naming the step.
     """
-    from engine.errors import StepConfigurationError
+    from geneva_drive.errors import StepConfigurationError
 
     policy_like = isinstance(on_exception, ExceptionPolicy | list | tuple) or (
         callable(on_exception) and not isinstance(on_exception, str)

@@ -4,13 +4,13 @@ Two kinds of numbers, from two places (SPEC §5):
 
 * **Events** (counters, histograms) are counted where they happen: the executor, signal
   delivery, operator actions and housekeeping send blinker events
-  (:mod:`engine.instrumentation`) and :func:`install` connects receivers that count them.
+  (:mod:`geneva_drive.instrumentation`) and :func:`install` connects receivers that count them.
   Celery's prefork pool runs steps in child processes, so these only add up correctly in
   prometheus-client's *multiprocess mode*: set ``PROMETHEUS_MULTIPROC_DIR`` to an empty,
   writable directory **before the process starts** (prometheus-client decides at import) and
   every process writes its samples there; :func:`exposition_registry` sums them.
 * **Backlog** (gauges) is read from the database at scrape time by :class:`DatabaseCollector`
-  through :mod:`engine.metrics`: grouped queries, cached for a few seconds, so the numbers are
+  through :mod:`geneva_drive.metrics`: grouped queries, cached for a few seconds, so the numbers are
   the same whichever process answers and never outlive a deleted class or step.
 
 Exposing the event metrics of workers: either run the dashboard and the workers on one host
@@ -46,10 +46,10 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import REGISTRY, Collector
 
-from engine import instrumentation
-from engine.metrics import MetricsSnapshot, get_snapshot
+from geneva_drive import instrumentation
+from geneva_drive.metrics import MetricsSnapshot, get_snapshot
 
-log = logging.getLogger("engine.prometheus")
+log = logging.getLogger("geneva_drive.prometheus")
 
 #: Step bodies: from a few milliseconds (a no-op) to an hour (a long resumable slice).
 STEP_DURATION_BUCKETS = (
@@ -228,7 +228,7 @@ def workflow_label(payload: Mapping[str, Any]) -> str:
     if stored:
         return str(stored)
     class_name = str(payload.get("workflow_class") or "Workflow")
-    from engine.workflow import registered_workflows
+    from geneva_drive.workflow import registered_workflows
 
     for name, cls in registered_workflows().items():
         if cls.__name__ == class_name:
@@ -297,7 +297,7 @@ def _on_housekeeping(sender: Any, **payload: Any) -> None:
 
 
 class DatabaseCollector(Collector):
-    """The SPEC §5 gauges, from :func:`engine.metrics.get_snapshot` at scrape time.
+    """The SPEC §5 gauges, from :func:`geneva_drive.metrics.get_snapshot` at scrape time.
 
     Each workflow class present in the database gets every series (zeros included), so
     "no series" always means "no such class", never "zero". ``geneva_drive_waiting_overdue``

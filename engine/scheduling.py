@@ -15,17 +15,17 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from engine import db, persistence
-from engine.compiled import Compiled
-from engine.config import settings
-from engine.job_options import merge
-from engine.models import StepExecution, utcnow
-from engine.states import STRAY_STEP_STATES, StepState, WorkflowState
-from engine.transport import Message, new_job_id, queue_message
+from geneva_drive import db, persistence
+from geneva_drive.compiled import Compiled
+from geneva_drive.config import settings
+from geneva_drive.job_options import merge
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.states import STRAY_STEP_STATES, StepState, WorkflowState
+from geneva_drive.transport import Message, new_job_id, queue_message
 
 if TYPE_CHECKING:
-    from engine.steps import StepDefinition
-    from engine.workflow import Workflow
+    from geneva_drive.steps import StepDefinition
+    from geneva_drive.workflow import Workflow
 
 
 def session_of(workflow: Workflow) -> Session:
@@ -60,7 +60,7 @@ def lock_execution(session: Session, execution: StepExecution) -> StepExecution:
 
 
 def current_execution(session: Session, workflow: Workflow) -> StepExecution | None:
-    from engine.states import CURRENT_STEP_STATES
+    from geneva_drive.states import CURRENT_STEP_STATES
 
     return session.scalars(
         select(StepExecution)
@@ -281,7 +281,7 @@ def reschedule_current_step(
     name = reference_step_name(workflow, current)
     step_def = workflow.steps.named(name)
     if step_def is None:
-        from engine.errors import StepNotDefinedError
+        from geneva_drive.errors import StepNotDefinedError
 
         raise StepNotDefinedError(
             f"Cannot reschedule {type(workflow).__name__} #{workflow.id}: step '{name}' is not "

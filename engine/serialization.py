@@ -13,8 +13,8 @@ from datetime import date, datetime, time
 from decimal import Decimal
 from typing import Any
 
-from engine.config import settings
-from engine.errors import CursorTooLargeError, SignalPayloadTooLargeError
+from geneva_drive.config import settings
+from geneva_drive.errors import CursorTooLargeError, SignalPayloadTooLargeError
 
 TAG = "_gd"
 #: Nesting deeper than this is refused (ValueError) instead of exhausting the Python stack.

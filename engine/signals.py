@@ -5,7 +5,7 @@ A signal is an external event for one workflow (a webhook, a countersignature). 
 ``pending`` (buffered) → ``claimed`` (attached to an execution) → ``consumed`` (every step that
 attached it resolved cleanly). ``claimed`` and ``consumed`` are also counters.
 
-(Not to be confused with blinker signals, which live in :mod:`engine.instrumentation`.)
+(Not to be confused with blinker signals, which live in :mod:`geneva_drive.instrumentation`.)
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm import Session
 
-from engine import scheduling
-from engine.errors import WorkflowNotOngoing
-from engine.instrumentation import signal_delivered
-from engine.models import Signal, StepExecution, utcnow
-from engine.serialization import check_text, serialize_payload
-from engine.states import (
+from geneva_drive import scheduling
+from geneva_drive.errors import WorkflowNotOngoing
+from geneva_drive.instrumentation import signal_delivered
+from geneva_drive.models import Signal, StepExecution, utcnow
+from geneva_drive.serialization import check_text, serialize_payload
+from geneva_drive.states import (
     CURRENT_STEP_STATES,
     RESOLVING_OUTCOMES,
     Outcome,
@@ -34,10 +34,10 @@ from engine.states import (
 )
 
 if TYPE_CHECKING:
-    from engine.steps import StepDefinition
-    from engine.workflow import Workflow
+    from geneva_drive.steps import StepDefinition
+    from geneva_drive.workflow import Workflow
 
-log = logging.getLogger("engine.signals")
+log = logging.getLogger("geneva_drive.signals")
 
 
 def claim(signal: Signal) -> None:
@@ -182,7 +182,7 @@ def deliver(
 
     # Lock first (on SQLite this opens the write transaction), then do everything in a
     # savepoint: an error anywhere inside leaves no signal row, no claim and no woken
-    # execution behind, and drops the messages queued inside (engine.transport).
+    # execution behind, and drops the messages queued inside (geneva_drive.transport).
     _lock_or_refuse(session, workflow, name)
     with session.begin_nested():
         signal, duplicate = _insert_or_find(session, workflow, name, key, data)
@@ -286,7 +286,7 @@ def rendezvous_waiting(session: Session, workflow: Workflow, execution: StepExec
     A parked execution of a step that no longer waits for a signal (a deploy dropped its
     ``wait_for=``) is sent to run; the gem leaves it parked for good.
     """
-    from engine.executor import transition_step
+    from geneva_drive.executor import transition_step
 
     step_def = workflow.steps.named(execution.step_name)
     if step_def is not None and step_def.removed:

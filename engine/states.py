@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from engine.errors import InvalidStateTransition
+from geneva_drive.errors import InvalidStateTransition
 
 
 class WorkflowState(StrEnum):

@@ -1,9 +1,9 @@
-"""A StatsD sink for :mod:`engine.metrics_facade`: the gem's gauges over UDP.
+"""A StatsD sink for :mod:`geneva_drive.metrics_facade`: the gem's gauges over UDP.
 
 ::
 
-    from engine import metrics_facade
-    from engine.statsd import StatsdSink
+    from geneva_drive import metrics_facade
+    from geneva_drive.statsd import StatsdSink
 
     metrics_facade.add_sink(StatsdSink("127.0.0.1", 8125))
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol, cast, overload
 
-from engine.errors import StepConfigurationError
-from engine.job_options import validate_job_options
-from engine.policies import CombinedExceptionPolicy, ExceptionPolicy, step_policy_from_option
-from engine.signal_matcher import SignalMatcher
+from geneva_drive.errors import StepConfigurationError
+from geneva_drive.job_options import validate_job_options
+from geneva_drive.policies import CombinedExceptionPolicy, ExceptionPolicy, step_policy_from_option
+from geneva_drive.signal_matcher import SignalMatcher
 
 
 @dataclass
@@ -281,7 +281,18 @@ class StepCollection:
         return [s for s in self._steps if s.removed]
 
 
-def _make_decorator(resumable: bool) -> Callable[..., Any]:
+class StepDecorator(Protocol):
+    """The type of ``step`` and ``resumable_step``: typed so that a host's ``mypy --strict``
+    accepts ``@step(wait=...)`` as well as bare ``@step``."""
+
+    @overload
+    def __call__(self, fn: Callable[..., Any], /) -> StepSpec: ...
+
+    @overload
+    def __call__(self, /, **options: Any) -> Callable[[Callable[..., Any]], StepSpec]: ...
+
+
+def _make_decorator(resumable: bool) -> StepDecorator:
     def decorator(fn: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         if fn is not None and callable(fn) and not options:
             return StepSpec(fn=fn, options={}, resumable=resumable, counter=_next_counter())
@@ -298,7 +309,7 @@ def _make_decorator(resumable: bool) -> Callable[..., Any]:
 
         return wrap
 
-    return decorator
+    return cast(StepDecorator, decorator)
 
 
 _counter = 0

@@ -8,7 +8,7 @@ Executions due within ``settings.dispatch_horizon`` are sent at commit (with a c
 later ones stay unsent (``sent_at`` NULL) until the dispatcher finds them due, so no transport
 ever holds a long ETA.
 
-Transports: Celery (the default, :mod:`engine.celery`), the embedded in-process worker of
+Transports: Celery (the default, :mod:`geneva_drive.celery`), the embedded in-process worker of
 ``geneva-drive up`` (which polls the table and needs no messages), and the recording transport
 of the test fixture.
 """
@@ -27,9 +27,9 @@ from typing import Any, Protocol
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from engine.config import settings
+from geneva_drive.config import settings
 
-log = logging.getLogger("engine.transport")
+log = logging.getLogger("geneva_drive.transport")
 
 
 @dataclass
@@ -82,7 +82,7 @@ def set_transport(transport: Transport | None) -> None:
 def get_transport() -> Transport:
     global _transport
     if _transport is None:
-        from engine.celery import CeleryTransport
+        from geneva_drive.celery import CeleryTransport
 
         _transport = CeleryTransport()
     return _transport

@@ -7,7 +7,7 @@ fails validation raises and is not registered, so it can be defined again.
 
 Flow control (``cancel()``, ``pause()``, ``skip()``, ``reattempt()``, ``finish()``,
 ``suspend()``) ends the step when called inside one; outside a step ``cancel()``, ``pause()``
-and ``skip()`` are operator actions (:mod:`engine.operations`).
+and ``skip()`` are operator actions (:mod:`geneva_drive.operations`).
 """
 
 from __future__ import annotations
@@ -26,22 +26,30 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Mapped, Session, mapped_column, object_session, relationship
 from sqlalchemy.orm.exc import UnmappedInstanceError
 
-from engine import db, persistence, scheduling
-from engine.errors import DuplicateWorkflowError, InvalidStateError, StepConfigurationError
-from engine.flow_control import FlowAction, FlowControlSignal
-from engine.job_options import to_json_options, validate_job_options
-from engine.models import Base, BigId, JSONType, Signal, StepExecution, TimestampMixin, UTCDateTime
-from engine.policies import ExceptionPolicy
-from engine.states import (
+from geneva_drive import db, persistence, scheduling
+from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepConfigurationError
+from geneva_drive.flow_control import FlowAction, FlowControlSignal
+from geneva_drive.job_options import to_json_options, validate_job_options
+from geneva_drive.models import (
+    Base,
+    BigId,
+    JSONType,
+    Signal,
+    StepExecution,
+    TimestampMixin,
+    UTCDateTime,
+)
+from geneva_drive.policies import ExceptionPolicy
+from geneva_drive.states import (
     CURRENT_STEP_STATES,
     TERMINAL_WORKFLOW_STATES,
     WorkflowState,
     is_ongoing,
 )
-from engine.steps import StepCollection, StepDefinition, StepSpec, build_definition
+from geneva_drive.steps import StepCollection, StepDefinition, StepSpec, build_definition
 
 if TYPE_CHECKING:
-    from engine.models import OperatorAction  # noqa: F401
+    from geneva_drive.models import OperatorAction  # noqa: F401
 
 _ONGOING_UNIQUE = "state NOT IN ('finished', 'canceled') AND allow_multiple = false"
 _ONGOING_UNIQUE_SQLITE = "state NOT IN ('finished', 'canceled') AND allow_multiple = 0"
@@ -401,7 +409,7 @@ class Workflow(TimestampMixin, Base):
 
     def why_waiting(self, now: datetime | None = None) -> str:
         """One line saying why this workflow is not moving (the dashboard's why line)."""
-        from engine.explain import why_waiting
+        from geneva_drive.explain import why_waiting
 
         return why_waiting(self, now=now)
 
@@ -427,7 +435,7 @@ class Workflow(TimestampMixin, Base):
         """In a step: cancel the workflow. Outside: operator cancel (ready or paused)."""
         if self._in_step():
             raise FlowControlSignal(FlowAction.CANCEL)
-        from engine import operations
+        from geneva_drive import operations
 
         operations.cancel(self)
 
@@ -435,7 +443,7 @@ class Workflow(TimestampMixin, Base):
         """In a step: pause the workflow. Outside: operator pause (ready only)."""
         if self._in_step():
             raise FlowControlSignal(FlowAction.PAUSE)
-        from engine import operations
+        from geneva_drive import operations
 
         operations.pause(self)
 
@@ -443,7 +451,7 @@ class Workflow(TimestampMixin, Base):
         """In a step: skip it. Outside: operator skip of the current step (ready or paused)."""
         if self._in_step():
             raise FlowControlSignal(FlowAction.SKIP)
-        from engine import operations
+        from geneva_drive import operations
 
         operations.skip(self)
 
@@ -457,7 +465,7 @@ class Workflow(TimestampMixin, Base):
             if wait is not None and not isinstance(wait, timedelta):
                 wait = timedelta(seconds=wait)
             raise FlowControlSignal(FlowAction.REATTEMPT, wait=wait, rewind=rewind)
-        from engine import operations
+        from geneva_drive import operations
 
         operations.reattempt(self)
 
@@ -484,7 +492,7 @@ class Workflow(TimestampMixin, Base):
 
     def resume(self) -> StepExecution | None:
         """Operator: continue a paused workflow (re-sends its preserved execution or retries)."""
-        from engine import operations
+        from geneva_drive import operations
 
         return operations.resume(self)
 
@@ -496,7 +504,7 @@ class Workflow(TimestampMixin, Base):
         ``workflow_class`` moves a workflow whose class no longer exists onto a registered
         class and resumes it at one of that class's steps.
         """
-        from engine import operations
+        from geneva_drive import operations
 
         return operations.resume_at(self, step_name, workflow_class=workflow_class)
 
@@ -504,7 +512,7 @@ class Workflow(TimestampMixin, Base):
         self, name: str, payload: Any = None, idempotency_key: Any = None, **unknown: Any
     ) -> Signal:
         """Deliver an external event to this workflow (atomic; safe to retry with a key)."""
-        from engine import signals
+        from geneva_drive import signals
 
         return signals.deliver(
             self, name, payload=payload, idempotency_key=idempotency_key, **unknown
@@ -735,7 +743,7 @@ def _resolve_session(session: Session | None, hero: Any) -> Session:
         return current
     raise RuntimeError(
         "Workflow.create() needs a session: pass session=, create the hero in a session, or "
-        "call engine.db.set_current_session()"
+        "call geneva_drive.db.set_current_session()"
     )
 
 

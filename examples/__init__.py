@@ -2,18 +2,18 @@
 
 Importing this package registers the five demo workflow classes and maps their hero models:
 
-- :mod:`examples.onboarding` — waits of seconds to days, a ``skip_if`` and a gravestone;
-- :mod:`examples.payment` — parks until a ``payment_confirmed`` signal arrives;
-- :mod:`examples.campaign` — a ``resumable_step`` over a collection of records;
-- :mod:`examples.flaky` — reattempts on timeouts, pauses on a malformed feed;
-- :mod:`examples.erasure` — a 30-day grace period, ``cancel_if`` and a last step deleting the hero.
+- :mod:`geneva_drive.examples.onboarding` — waits of seconds to days, a ``skip_if`` and a gravestone;
+- :mod:`geneva_drive.examples.payment` — parks until a ``payment_confirmed`` signal arrives;
+- :mod:`geneva_drive.examples.campaign` — a ``resumable_step`` over a collection of records;
+- :mod:`geneva_drive.examples.flaky` — reattempts on timeouts, pauses on a malformed feed;
+- :mod:`geneva_drive.examples.erasure` — a 30-day grace period, ``cancel_if`` and a last step deleting the hero.
 
-:mod:`examples.seed` creates a few hundred instances in every state and keeps new ones coming.
+:mod:`geneva_drive.examples.seed` creates a few hundred instances in every state and keeps new ones coming.
 """
 
 from __future__ import annotations
 
-from examples import campaign, erasure, flaky, onboarding, payment
-from examples.models import DEMO_TABLES
+from geneva_drive.examples import campaign, erasure, flaky, onboarding, payment
+from geneva_drive.examples.models import DEMO_TABLES
 
 __all__ = ["DEMO_TABLES", "campaign", "erasure", "flaky", "onboarding", "payment"]

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from engine import IterableStep, Workflow, resumable_step, step
-from examples._work import work
-from examples.models import DemoSubscriber
+from geneva_drive import IterableStep, Workflow, resumable_step, step
+from geneva_drive.examples._work import work
+from geneva_drive.examples.models import DemoSubscriber
 
 
 class CampaignWorkflow(Workflow):

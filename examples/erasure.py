@@ -10,9 +10,9 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from engine import Workflow, step
-from examples._work import work
-from examples.models import DemoPost
+from geneva_drive import Workflow, step
+from geneva_drive.examples._work import work
+from geneva_drive.examples.models import DemoPost
 
 GRACE_PERIOD = timedelta(days=30)
 ANONYMOUS = "deleted member"

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from engine import ExceptionPolicy, Workflow, step
-from examples._work import work
+from geneva_drive import ExceptionPolicy, Workflow, step
+from geneva_drive.examples._work import work
 
 
 class FeedTimeout(Exception):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from sqlalchemy import Boolean, ForeignKey, Integer, String, Table
 from sqlalchemy.orm import Mapped, mapped_column
 
-from engine.models import Base
+from geneva_drive.models import Base
 
 
 class DemoCustomer(Base):

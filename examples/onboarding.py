@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from engine import Workflow, removed_step, step
-from examples._work import work
+from geneva_drive import Workflow, removed_step, step
+from geneva_drive.examples._work import work
 
 log = logging.getLogger(__name__)
 

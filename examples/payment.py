@@ -4,8 +4,8 @@ capture the confirmed amount and send a receipt. A voided order cancels the work
 
 from __future__ import annotations
 
-from engine import Workflow, step
-from examples._work import work
+from geneva_drive import Workflow, step
+from geneva_drive.examples._work import work
 
 
 class PaymentWorkflow(Workflow):

@@ -21,16 +21,12 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from engine import db, executor
-from engine.instrumentation import set_error_reporter
-from engine.models import StepExecution, utcnow
-from engine.states import CURRENT_STEP_STATES
-from engine.workflow import Workflow
-from examples import _work
-from examples.campaign import CampaignWorkflow
-from examples.erasure import UserErasureWorkflow
-from examples.flaky import FeedImportWorkflow
-from examples.models import (
+from geneva_drive import db, executor
+from geneva_drive.examples import _work
+from geneva_drive.examples.campaign import CampaignWorkflow
+from geneva_drive.examples.erasure import UserErasureWorkflow
+from geneva_drive.examples.flaky import FeedImportWorkflow
+from geneva_drive.examples.models import (
     DemoCampaign,
     DemoCustomer,
     DemoFeed,
@@ -39,8 +35,12 @@ from examples.models import (
     DemoPost,
     DemoSubscriber,
 )
-from examples.onboarding import OnboardingWorkflow
-from examples.payment import PaymentWorkflow
+from geneva_drive.examples.onboarding import OnboardingWorkflow
+from geneva_drive.examples.payment import PaymentWorkflow
+from geneva_drive.instrumentation import set_error_reporter
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.states import CURRENT_STEP_STATES
+from geneva_drive.workflow import Workflow
 
 log = logging.getLogger(__name__)
 

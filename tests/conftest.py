@@ -1,5 +1,5 @@
 """Shared fixtures: hero models mapped on the engine's Base, and the geneva_session fixture
-(from the engine.testing pytest plugin, registered via the pytest11 entry point)."""
+(from the geneva_drive.testing pytest plugin, registered via the pytest11 entry point)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import uuid
 from sqlalchemy import String
 from sqlalchemy.orm import Mapped, mapped_column
 
-from engine.models import Base
+from geneva_drive.models import Base
 
 
 class Order(Base):

@@ -11,9 +11,9 @@ from alembic.migration import MigrationContext
 from flask_migrate import upgrade
 from sqlalchemy import inspect, text
 
-from app import create_app
-from engine import db as engine_db
-from engine.models import Base
+from geneva_drive import db as engine_db
+from geneva_drive.dashboard import create_app
+from geneva_drive.models import Base
 
 ENGINE_TABLES = {
     "geneva_drive_workflows",
@@ -45,7 +45,7 @@ def test_upgrade_on_empty_database_matches_models(tmp_path):
     try:
         with app.app_context():
             upgrade()
-            from app.extensions import db
+            from geneva_drive.dashboard.extensions import db
 
             with db.engine.connect() as connection:
                 tables = set(inspect(connection).get_table_names())
@@ -65,7 +65,7 @@ def test_upgrade_on_empty_database_matches_models(tmp_path):
             assert "index_geneva_drive_step_executions_in_progress_started_at" in indexes
     finally:
         with app.app_context():
-            from app.extensions import db
+            from geneva_drive.dashboard.extensions import db
 
             db.engine.dispose()
         if schema:

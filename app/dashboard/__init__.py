@@ -6,4 +6,4 @@ from flask import Blueprint
 
 bp = Blueprint("dashboard", __name__)
 
-from app.dashboard import views  # noqa: E402,F401  (routes register on bp)
+from geneva_drive.dashboard.dashboard import views  # noqa: E402,F401  (routes register on bp)

@@ -7,12 +7,12 @@ from typing import Any
 
 from flask import abort, request
 
-from app import presenters, queries
-from app.dashboard import bp
-from app.extensions import session
-from app.htmx import render
-from engine.config import settings
-from engine.states import WorkflowState
+from geneva_drive.config import settings
+from geneva_drive.dashboard import presenters, queries
+from geneva_drive.dashboard.dashboard import bp
+from geneva_drive.dashboard.extensions import session
+from geneva_drive.dashboard.htmx import render
+from geneva_drive.states import WorkflowState
 
 
 @bp.get("/")

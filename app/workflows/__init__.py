@@ -6,4 +6,4 @@ from flask import Blueprint
 
 bp = Blueprint("workflows", __name__)
 
-from app.workflows import actions, views  # noqa: E402,F401  (routes register on bp)
+from geneva_drive.dashboard.workflows import actions, views  # noqa: E402,F401  (routes register on bp)

@@ -11,13 +11,13 @@ from typing import Any
 
 from flask import abort, current_app, flash, redirect, request, url_for
 
-from app import operator_actions, presenters, queries
-from app.auth import current_user
-from app.extensions import db, session
-from app.htmx import STOP_POLLING, is_htmx, render, with_trigger
-from app.workflows import bp
-from app.workflows.views import list_context, load_workflow, render_detail
-from engine.models import OperatorAction
+from geneva_drive.dashboard import operator_actions, presenters, queries
+from geneva_drive.dashboard.auth import current_user
+from geneva_drive.dashboard.extensions import db, session
+from geneva_drive.dashboard.htmx import STOP_POLLING, is_htmx, render, with_trigger
+from geneva_drive.dashboard.workflows import bp
+from geneva_drive.dashboard.workflows.views import list_context, load_workflow, render_detail
+from geneva_drive.models import OperatorAction
 
 SIMPLE_ACTIONS = ("pause", "resume", "skip", "cancel", "reattempt", "resume_at")
 

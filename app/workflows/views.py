@@ -6,13 +6,13 @@ from typing import Any
 
 from flask import abort, current_app, request
 
-from app import presenters, queries
-from app.auth import current_user
-from app.extensions import db, session
-from app.htmx import STOP_POLLING, is_htmx, render
-from app.workflows import bp
-from engine.states import WorkflowState
-from engine.workflow import Workflow, workflow_class
+from geneva_drive.dashboard import presenters, queries
+from geneva_drive.dashboard.auth import current_user
+from geneva_drive.dashboard.extensions import db, session
+from geneva_drive.dashboard.htmx import STOP_POLLING, is_htmx, render
+from geneva_drive.dashboard.workflows import bp
+from geneva_drive.states import WorkflowState
+from geneva_drive.workflow import Workflow, workflow_class
 
 
 def list_context(filters: queries.WorkflowFilters) -> dict[str, Any]:

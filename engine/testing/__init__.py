@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from engine import executor, scheduling
-from engine.models import Signal, StepExecution, utcnow
-from engine.signal_matcher import matcher_name
-from engine.states import Outcome, StepState, WorkflowState
+from geneva_drive import executor, scheduling
+from geneva_drive.models import Signal, StepExecution, utcnow
+from geneva_drive.signal_matcher import matcher_name
+from geneva_drive.states import Outcome, StepState, WorkflowState
 
 __all__ = [
     "assert_cursor",

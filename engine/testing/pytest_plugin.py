@@ -1,6 +1,6 @@
 """The ``geneva_session`` pytest fixture (registered through the ``pytest11`` entry point).
 
-Each test gets an empty database holding every table of ``engine.models.Base.metadata`` (so a
+Each test gets an empty database holding every table of ``geneva_drive.models.Base.metadata`` (so a
 test may map its own hero models on ``Base``): a new SQLite file in WAL mode by default, or a
 fresh PostgreSQL schema when ``GENEVA_TEST_DATABASE_URL`` points at PostgreSQL. The engine's
 own session factory, executor, dispatcher and housekeeping are pointed at it, and messages
@@ -21,9 +21,9 @@ from sqlalchemy import Engine, text
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.orm import Session
 
-from engine import db, transport
-from engine.config import settings
-from engine.models import Base
+from geneva_drive import db, transport
+from geneva_drive.config import settings
+from geneva_drive.models import Base
 
 
 @dataclass

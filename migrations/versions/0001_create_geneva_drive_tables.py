@@ -8,7 +8,7 @@ Create Date: 2026-11-29 08:20:27.241911
 from alembic import op
 import sqlalchemy as sa
 
-import engine.models
+import geneva_drive.models
 
 
 # revision identifiers, used by Alembic.
@@ -25,12 +25,12 @@ def upgrade():
     sa.Column('workflow_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('actor', sa.String(length=255), nullable=False),
     sa.Column('action', sa.String(length=64), nullable=False),
-    sa.Column('params', engine.models.JSONType(), nullable=True),
+    sa.Column('params', geneva_drive.models.JSONType(), nullable=True),
     sa.Column('from_state', sa.String(length=32), nullable=True),
     sa.Column('to_state', sa.String(length=32), nullable=True),
     sa.Column('result', sa.String(length=32), nullable=False),
     sa.Column('message', sa.Text(), nullable=True),
-    sa.Column('created_at', engine.models.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_geneva_drive_operator_actions'))
     )
     with op.batch_alter_table('geneva_drive_operator_actions', schema=None) as batch_op:
@@ -46,11 +46,11 @@ def upgrade():
     sa.Column('current_step_name', sa.String(length=255), nullable=True),
     sa.Column('next_step_name', sa.String(length=255), nullable=True),
     sa.Column('allow_multiple', sa.Boolean(), server_default=sa.text('(false)'), nullable=False),
-    sa.Column('metadata', engine.models.JSONType(), nullable=True),
-    sa.Column('started_at', engine.models.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('transitioned_at', engine.models.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('created_at', engine.models.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('updated_at', engine.models.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('metadata', geneva_drive.models.JSONType(), nullable=True),
+    sa.Column('started_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('transitioned_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('created_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=False),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_geneva_drive_workflows')),
     sqlite_autoincrement=True
     )
@@ -67,13 +67,13 @@ def upgrade():
     sa.Column('name', sa.String(length=255), nullable=False),
     sa.Column('idempotency_key', sa.String(length=255), nullable=True),
     sa.Column('state', sa.String(length=32), server_default='pending', nullable=False),
-    sa.Column('payload', engine.models.JSONType(), nullable=True),
-    sa.Column('claimed_at', engine.models.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('consumed_at', engine.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('payload', geneva_drive.models.JSONType(), nullable=True),
+    sa.Column('claimed_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('consumed_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=True),
     sa.Column('claimed', sa.BigInteger(), server_default='0', nullable=False),
     sa.Column('consumed', sa.BigInteger(), server_default='0', nullable=False),
-    sa.Column('created_at', engine.models.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('updated_at', engine.models.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('created_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['workflow_id'], ['geneva_drive_workflows.id'], name=op.f('fk_geneva_drive_signals_workflow_id_geneva_drive_workflows'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_geneva_drive_signals'))
     )
@@ -88,25 +88,25 @@ def upgrade():
     sa.Column('step_name', sa.String(length=255), nullable=False),
     sa.Column('state', sa.String(length=32), server_default='scheduled', nullable=False),
     sa.Column('outcome', sa.String(length=32), nullable=True),
-    sa.Column('scheduled_for', engine.models.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('started_at', engine.models.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('completed_at', engine.models.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('failed_at', engine.models.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('canceled_at', engine.models.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('skipped_at', engine.models.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('finished_at', engine.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('scheduled_for', geneva_drive.models.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('started_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('completed_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('failed_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('canceled_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('skipped_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('finished_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=True),
     sa.Column('error_class_name', sa.String(length=255), nullable=True),
     sa.Column('error_message', sa.Text(), nullable=True),
     sa.Column('error_backtrace', sa.Text(), nullable=True),
     sa.Column('job_id', sa.String(length=255), nullable=True),
-    sa.Column('metadata', engine.models.JSONType(), nullable=True),
-    sa.Column('cursor', engine.models.JSONType(), nullable=True),
+    sa.Column('metadata', geneva_drive.models.JSONType(), nullable=True),
+    sa.Column('cursor', geneva_drive.models.JSONType(), nullable=True),
     sa.Column('continues_from_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
     sa.Column('signal_id', sa.BigInteger().with_variant(sa.Integer(), 'sqlite'), nullable=True),
-    sa.Column('waiting_since', engine.models.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('sent_at', engine.models.UTCDateTime(timezone=True), nullable=True),
-    sa.Column('created_at', engine.models.UTCDateTime(timezone=True), nullable=False),
-    sa.Column('updated_at', engine.models.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('waiting_since', geneva_drive.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('sent_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=True),
+    sa.Column('created_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=False),
+    sa.Column('updated_at', geneva_drive.models.UTCDateTime(timezone=True), nullable=False),
     sa.ForeignKeyConstraint(['workflow_id'], ['geneva_drive_workflows.id'], name=op.f('fk_geneva_drive_step_executions_workflow_id_geneva_drive_workflows'), ondelete='CASCADE'),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_geneva_drive_step_executions'))
     )

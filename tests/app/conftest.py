@@ -13,9 +13,9 @@ from typing import Any, ClassVar
 import pytest
 from werkzeug.security import generate_password_hash
 
-from app import create_app
-from engine import Workflow, removed_step, step
-from engine.testing import speedrun_workflow
+from geneva_drive import Workflow, removed_step, step
+from geneva_drive.dashboard import create_app
+from geneva_drive.testing import speedrun_workflow
 from tests.conftest import Order
 
 CSRF = "test-csrf-token"
@@ -84,7 +84,7 @@ def app_factory(geneva_database, geneva_session):  # type: ignore[no-untyped-def
     yield build
     for flask_app in built:
         with flask_app.app_context():
-            from app.extensions import db
+            from geneva_drive.dashboard.extensions import db
 
             db.session.remove()
             db.engine.dispose()

@@ -9,9 +9,9 @@ import contextlib
 import pytest
 from sqlalchemy import select
 
-from engine.models import OperatorAction, Signal
-from engine.testing import speedrun_workflow
-from engine.workflow import Workflow
+from geneva_drive.models import OperatorAction, Signal
+from geneva_drive.testing import speedrun_workflow
+from geneva_drive.workflow import Workflow
 from tests.app.conftest import DashPayment, login, post, run_to_finish
 
 HTMX = {"HX-Request": "true"}
@@ -290,7 +290,7 @@ def test_the_action_precedes_what_it_caused_in_the_timeline(operator_client, mak
 def test_operator_actions_feed_the_prometheus_counter(operator_client, make_workflow):
     from prometheus_client import REGISTRY
 
-    from engine import prometheus
+    from geneva_drive import prometheus
 
     prometheus.install()
     before = REGISTRY.get_sample_value("geneva_drive_operator_actions_total", {"action": "pause"})

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.auth import DashboardUser
-from engine.workflow import Workflow
+from geneva_drive.dashboard.auth import DashboardUser
+from geneva_drive.workflow import Workflow
 from tests.app.conftest import CSRF, post
 
 ACTION_LABELS = [">Pause</button>", ">Resume</button>", ">Cancel</button>", ">Resume at</button>"]

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.formatting import duration, iso, relative, utc
+from geneva_drive.dashboard.formatting import duration, iso, relative, utc
 
 NOW = datetime(2026, 11, 29, 8, 0, 0, tzinfo=UTC)
 

@@ -8,11 +8,11 @@ import contextlib
 import pytest
 from sqlalchemy import event, update
 
-from app.extensions import db
-from engine import IterableStep, resumable_step
-from engine.models import StepExecution, utcnow
-from engine.testing import perform_next_step, speedrun_workflow
-from engine.workflow import Workflow
+from geneva_drive import IterableStep, resumable_step
+from geneva_drive.dashboard.extensions import db
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.testing import perform_next_step, speedrun_workflow
+from geneva_drive.workflow import Workflow
 from tests.app.conftest import DashPayment, post, run_to_finish
 from tests.conftest import Order
 

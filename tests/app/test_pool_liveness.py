@@ -23,7 +23,7 @@ def test_a_connection_killed_while_idle_is_replaced_before_a_request_uses_it(
     client = app.test_client()
     assert client.get("/healthz").status_code == 200
     with app.app_context():
-        from app.extensions import db
+        from geneva_drive.dashboard.extensions import db
 
         pids = []
         held = [db.engine.connect() for _ in range(db.engine.pool.checkedin())]

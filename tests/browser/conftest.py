@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from werkzeug.serving import make_server
 
-from app import create_app
-from engine.models import Base
+from geneva_drive.dashboard import create_app
+from geneva_drive.models import Base
 from tests.app.conftest import USERS, app_config
 
 CHROMIUM = "/usr/bin/chromium"
@@ -45,9 +45,9 @@ def _require_browser() -> None:
 
 @pytest.fixture
 def demo_data(geneva_database, geneva_transport) -> int:  # type: ignore[no-untyped-def]
-    """The demo workflows of ``examples.seed`` (a few hundred, in every state)."""
-    from examples import DEMO_TABLES
-    from examples import seed as demo_seed
+    """The demo workflows of ``geneva_drive.examples.seed`` (a few hundred, in every state)."""
+    from geneva_drive.examples import DEMO_TABLES
+    from geneva_drive.examples import seed as demo_seed
 
     Base.metadata.create_all(geneva_database.engine, tables=DEMO_TABLES)
     return demo_seed.seed()
@@ -76,7 +76,7 @@ def live_server(geneva_database, demo_data) -> Iterator[LiveServer]:  # type: ig
     with LiveServer(app) as server:
         yield server
     with app.app_context():
-        from app.extensions import db
+        from geneva_drive.dashboard.extensions import db
 
         db.session.remove()
         db.engine.dispose()

@@ -9,9 +9,9 @@ import re
 import pytest
 from sqlalchemy import select
 
-from engine import db, executor
-from engine.models import StepExecution
-from engine.states import StepState
+from geneva_drive import db, executor
+from geneva_drive.models import StepExecution
+from geneva_drive.states import StepState
 from tests.browser.conftest import login, screenshot
 
 pytestmark = pytest.mark.browser

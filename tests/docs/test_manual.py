@@ -10,7 +10,7 @@ The convention (also described at the top of the manual's source):
   are visible to every example.
 - Each example runs against a real database through the ``geneva_session`` fixture (SQLite,
   or PostgreSQL when ``GENEVA_TEST_DATABASE_URL`` says so), with ``session`` bound to that
-  fixture's session. Steps run through the real executor via ``engine.testing``.
+  fixture's session. Steps run through the real executor via ``geneva_drive.testing``.
 - Every ```` ```python ```` block must carry a marker: an unmarked one fails
   ``test_every_python_block_is_executed``.
 
@@ -30,8 +30,8 @@ from typing import Any
 
 import pytest
 
-from engine import workflow as workflow_module
-from engine.workflow import Workflow
+from geneva_drive import workflow as workflow_module
+from geneva_drive.workflow import Workflow
 
 MANUAL = Path(__file__).resolve().parents[2] / "docs" / "MANUAL.md"
 MARKER = re.compile(r"^<!--\s*test:\s*([A-Za-z0-9_.-]+)\s*-->\s*$")

@@ -10,8 +10,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from engine import db
-from engine.models import StepExecution, utcnow
+from geneva_drive import db
+from geneva_drive.models import StepExecution, utcnow
 from tests.conftest import Account, Order
 
 

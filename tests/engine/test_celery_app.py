@@ -9,8 +9,8 @@ from datetime import timedelta
 
 import pytest
 
-from engine import Workflow, executor, step
-from engine.celery import (
+from geneva_drive import Workflow, executor, step
+from geneva_drive.celery import (
     PERFORM_STEP_TASK,
     CeleryTransport,
     _on_worker_shutting_down,
@@ -18,7 +18,7 @@ from engine.celery import (
     make_celery,
     perform_step,
 )
-from engine.transport import Message
+from geneva_drive.transport import Message
 from tests.conftest import Order
 
 

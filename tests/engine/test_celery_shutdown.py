@@ -1,4 +1,4 @@
-"""Warm shutdown reaching resumable steps in prefork pool children (engine.celery hooks).
+"""Warm shutdown reaching resumable steps in prefork pool children (geneva_drive.celery hooks).
 
 billiard sets SIGINT to SIG_IGN in a child *after* worker_process_init, so the child installs
 its SIGINT handler before each task; the main process forwards a warm shutdown to its pool
@@ -14,8 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from engine import celery as engine_celery
-from engine import executor
+from geneva_drive import celery as engine_celery
+from geneva_drive import executor
 
 
 @pytest.fixture

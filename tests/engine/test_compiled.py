@@ -15,10 +15,10 @@ import pytest
 from sqlalchemy import bindparam, create_engine, event, exc, func, select, text, update
 from sqlalchemy.pool import NullPool
 
-from engine import db
-from engine.compiled import Compiled
-from engine.executor import _LOCK_READ
-from engine.models import StepExecution, utcnow
+from geneva_drive import db
+from geneva_drive.compiled import Compiled
+from geneva_drive.executor import _LOCK_READ
+from geneva_drive.models import StepExecution, utcnow
 from tests.engine.helpers import make_order
 from tests.engine.test_persistence import PersistFlow
 

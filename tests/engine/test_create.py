@@ -10,11 +10,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from engine import Workflow, removed_step, step
-from engine.errors import DuplicateWorkflowError, StepNotDefinedError
-from engine.models import StepExecution, utcnow
-from engine.testing import perform_next_step, speedrun_workflow
-from engine.workflow import unregister, workflow_class
+from geneva_drive import Workflow, removed_step, step
+from geneva_drive.errors import DuplicateWorkflowError, StepNotDefinedError
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.testing import perform_next_step, speedrun_workflow
+from geneva_drive.workflow import unregister, workflow_class
 from tests.conftest import Account, Order
 from tests.engine.helpers import (
     assert_close,
@@ -391,7 +391,7 @@ def test_deleted_class_loads_as_plain_workflow(geneva_session):
 
 
 def test_create_without_any_session_explains(geneva_session):
-    from engine import db
+    from geneva_drive import db
 
     db.set_current_session(None)
     try:
@@ -402,7 +402,7 @@ def test_create_without_any_session_explains(geneva_session):
 
 
 def test_create_uses_the_heros_session(geneva_session):
-    from engine import db
+    from geneva_drive import db
 
     order = make_order(geneva_session)
     db.set_current_session(None)
@@ -464,7 +464,7 @@ def test_deleted_class_can_be_resumed_at_a_step_of_a_class_that_exists(geneva_se
 
 
 def test_moving_to_another_class_is_only_for_orphans_and_respects_uniqueness(geneva_session):
-    from engine.errors import InvalidStateError
+    from geneva_drive.errors import InvalidStateError
 
     class CreateMoveA(Workflow):
         @step
@@ -506,7 +506,7 @@ def test_sqlite_never_reuses_the_id_of_a_deleted_workflow(geneva_session):
     """The audit log outlives workflows (no foreign key), so an id must never come back."""
     from sqlalchemy import delete
 
-    from engine.workflow import Workflow as Base_
+    from geneva_drive.workflow import Workflow as Base_
 
     if geneva_session.get_bind().dialect.name != "sqlite":
         pytest.skip("PostgreSQL identities never reuse ids")

@@ -11,8 +11,8 @@ import pytest
 from sqlalchemy import select, text
 from sqlalchemy.engine.url import make_url
 
-from engine import Workflow, db, step
-from engine.errors import DuplicateWorkflowError
+from geneva_drive import Workflow, db, step
+from geneva_drive.errors import DuplicateWorkflowError
 from tests.conftest import Order
 from tests.engine.helpers import make_order
 

@@ -9,9 +9,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from engine import Workflow, settings, step
-from engine.dispatch import dispatch_due, run_dispatcher
-from engine.models import StepExecution, utcnow
+from geneva_drive import Workflow, settings, step
+from geneva_drive.dispatch import dispatch_due, run_dispatcher
+from geneva_drive.models import StepExecution, utcnow
 from tests.conftest import Order
 
 

@@ -8,10 +8,17 @@ from datetime import timedelta
 
 import pytest
 
-from engine import ExceptionPolicy, SignalMatcher, Workflow, removed_step, resumable_step, step
-from engine.errors import StepConfigurationError
-from engine.testing import speedrun_workflow
-from engine.workflow import workflow_class
+from geneva_drive import (
+    ExceptionPolicy,
+    SignalMatcher,
+    Workflow,
+    removed_step,
+    resumable_step,
+    step,
+)
+from geneva_drive.errors import StepConfigurationError
+from geneva_drive.testing import speedrun_workflow
+from geneva_drive.workflow import workflow_class
 from tests.engine.helpers import make_order
 
 # --- registration and ordering ---------------------------------------------------------------

@@ -11,9 +11,9 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from engine import IterableStep, Workflow, resumable_step, step, transport
-from engine.embedded import EmbeddedWorker
-from engine.models import StepExecution
+from geneva_drive import IterableStep, Workflow, resumable_step, step, transport
+from geneva_drive.embedded import EmbeddedWorker
+from geneva_drive.models import StepExecution
 from tests.conftest import Order
 
 
@@ -115,7 +115,7 @@ def test_row_that_cannot_start_is_backed_off_not_spun(geneva_session, worker, mo
         calls.append(execution_id)
         raise RuntimeError("database is locked")
 
-    monkeypatch.setattr("engine.embedded.executor.execute", broken_execute)
+    monkeypatch.setattr("geneva_drive.embedded.executor.execute", broken_execute)
     _create(geneva_session, EmbeddedThreeStepWorkflow)
     _wait(lambda: calls)
     time.sleep(0.3)
@@ -124,7 +124,7 @@ def test_row_that_cannot_start_is_backed_off_not_spun(geneva_session, worker, mo
 
 
 def test_a_finished_stop_does_not_leave_the_shutdown_flag_behind(geneva_session, worker):
-    from engine import executor
+    from geneva_drive import executor
 
     assert worker.stop(timeout=10)
     assert not executor.shutdown_requested()

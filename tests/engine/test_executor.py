@@ -8,13 +8,13 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import update
 
-from engine import ExceptionPolicy, Workflow, removed_step, step
-from engine.errors import StepNotDefinedError
-from engine.executor import execute
-from engine.flow_control import FlowControlSignal
-from engine.models import StepExecution
-from engine.testing import perform_next_step, speedrun_workflow
-from engine.workflow import Workflow as BaseWorkflow
+from geneva_drive import ExceptionPolicy, Workflow, removed_step, step
+from geneva_drive.errors import StepNotDefinedError
+from geneva_drive.executor import execute
+from geneva_drive.flow_control import FlowControlSignal
+from geneva_drive.models import StepExecution
+from geneva_drive.testing import perform_next_step, speedrun_workflow
+from geneva_drive.workflow import Workflow as BaseWorkflow
 from tests.engine.helpers import (
     assert_recent,
     executions,
@@ -163,7 +163,7 @@ def test_undefined_step_fails_pauses_and_raises_after_commit(geneva_session):
         [ex] = session.query(StepExecution).filter_by(workflow_id=wf.id).all()
         assert (ex.state, ex.outcome) == ("failed", "failed")
         assert ex.error_message == "Step 'vanished' is not defined in ExecTwoStepWorkflow"
-        assert ex.error_class_name == "engine.errors.StepNotDefinedError"
+        assert ex.error_class_name == "geneva_drive.errors.StepNotDefinedError"
         assert_recent(ex.failed_at)
         assert session.get(BaseWorkflow, wf.id).state == "paused"
 
@@ -672,7 +672,7 @@ def test_finalize_cancels_the_step_when_the_workflow_was_paused_meanwhile(geneva
 
 
 def test_operator_pause_of_a_performing_workflow_is_allowed(geneva_session):
-    from engine.states import can_pause
+    from geneva_drive.states import can_pause
 
     assert can_pause("performing")
     wf = ExecTwoStepWorkflow.create(hero=make_order(geneva_session))
@@ -802,7 +802,7 @@ def test_operator_cancel_while_the_step_runs(geneva_session):
     ],
 )
 def test_operator_verbs_refused_while_performing(geneva_session, verb, message):
-    from engine.errors import InvalidStateError
+    from geneva_drive.errors import InvalidStateError
 
     wf = ExecTwoStepWorkflow.create(hero=make_order(geneva_session))
     geneva_session.commit()

@@ -1,4 +1,4 @@
-"""The why-is-it-waiting line (engine.explain): each sentence, and the batched form the
+"""The why-is-it-waiting line (geneva_drive.explain): each sentence, and the batched form the
 dashboard's lists use giving exactly the same lines as one workflow at a time."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ from datetime import timedelta
 
 from sqlalchemy import update
 
-from engine import Workflow, removed_step, step
-from engine.explain import why_waiting, why_waiting_many
-from engine.models import OperatorAction, StepExecution, utcnow
-from engine.testing import perform_next_step
+from geneva_drive import Workflow, removed_step, step
+from geneva_drive.explain import why_waiting, why_waiting_many
+from geneva_drive.models import OperatorAction, StepExecution, utcnow
+from geneva_drive.testing import perform_next_step
 from tests.conftest import Order
 
 

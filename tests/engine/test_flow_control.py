@@ -8,11 +8,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import update
 
-from engine import Workflow, removed_step, step
-from engine.errors import InvalidStateError, StepNotDefinedError
-from engine.models import StepExecution, utcnow
-from engine.testing import perform_next_step, speedrun_workflow
-from engine.workflow import Workflow as BaseWorkflow
+from geneva_drive import Workflow, removed_step, step
+from geneva_drive.errors import InvalidStateError, StepNotDefinedError
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.testing import perform_next_step, speedrun_workflow
+from geneva_drive.workflow import Workflow as BaseWorkflow
 from tests.engine.helpers import (
     assert_close,
     assert_recent,

@@ -10,11 +10,11 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from engine import Workflow, housekeeping, metrics_facade, resumable_step, settings, step
-from engine.housekeeping import HousekeepingReport
-from engine.instrumentation import set_error_reporter
-from engine.models import Signal, StepExecution, utcnow
-from engine.testing import run_iterations, speedrun_workflow
+from geneva_drive import Workflow, housekeeping, metrics_facade, resumable_step, settings, step
+from geneva_drive.housekeeping import HousekeepingReport
+from geneva_drive.instrumentation import set_error_reporter
+from geneva_drive.models import Signal, StepExecution, utcnow
+from geneva_drive.testing import run_iterations, speedrun_workflow
 from tests.conftest import Order
 
 
@@ -406,7 +406,7 @@ def test_stuck_scheduled_is_recovered_and_fresh_or_future_ones_are_not(geneva_se
 def test_waiting_and_paused_executions_are_never_recovered(geneva_session):
     waiting_wf = _create(geneva_session, HkSignalWorkflow)
     speedrun = _current(geneva_session, waiting_wf)
-    from engine.testing import perform_next_step
+    from geneva_drive.testing import perform_next_step
 
     perform_next_step(waiting_wf)
     parked = _current(geneva_session, waiting_wf)
@@ -466,7 +466,7 @@ def test_gauges_report_states_paused_ratio_and_waiting(geneva_session, gauges):
     paused.pause()
     _create(geneva_session)
     waiting = _create(geneva_session, HkSignalWorkflow)
-    from engine.testing import perform_next_step
+    from geneva_drive.testing import perform_next_step
 
     perform_next_step(waiting)
     parked = _current(geneva_session, waiting)

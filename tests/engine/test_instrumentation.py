@@ -8,9 +8,9 @@ from contextlib import ExitStack
 
 import pytest
 
-from engine import Workflow, step
-from engine.instrumentation import precondition_evaluated, step_finalized, step_performed
-from engine.testing import perform_next_step
+from geneva_drive import Workflow, step
+from geneva_drive.instrumentation import precondition_evaluated, step_finalized, step_performed
+from geneva_drive.testing import perform_next_step
 from tests.engine.helpers import executions, make_order
 
 
@@ -156,7 +156,7 @@ def test_prepare_that_aborts_before_preconditions_emits_nothing(geneva_session, 
     wf = workflow("ok")
     wf.pause()
     geneva_session.commit()
-    from engine.executor import execute
+    from geneva_drive.executor import execute
 
     execute(wf.current_execution.id)  # paused: canceled in prepare, before the preconditions
     assert events == []
@@ -165,7 +165,7 @@ def test_prepare_that_aborts_before_preconditions_emits_nothing(geneva_session, 
 
 
 def test_resumable_steps_are_flagged(geneva_session, events):
-    from engine import resumable_step
+    from geneva_drive import resumable_step
 
     class InstrResumable(Workflow):
         @resumable_step

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engine import Workflow, settings, step, with_inline_enqueue
-from engine.errors import StepConfigurationError
-from engine.job_options import validate_job_options
-from engine.testing import perform_next_step
+from geneva_drive import Workflow, settings, step, with_inline_enqueue
+from geneva_drive.errors import StepConfigurationError
+from geneva_drive.job_options import validate_job_options
+from geneva_drive.testing import perform_next_step
 from tests.engine.helpers import executions, make_order
 
 # --- validation -----------------------------------------------------------------------------
@@ -251,7 +251,7 @@ def test_wait_job_option_delays_the_message_not_scheduled_for(geneva_session, ge
 
 
 def test_wait_until_job_option_delays_the_message(geneva_session, geneva_transport):
-    from engine.models import utcnow
+    from geneva_drive.models import utcnow
 
     class JobOptsWaitUntil(Workflow):
         @step
@@ -272,7 +272,7 @@ def test_wait_until_job_option_delays_the_message(geneva_session, geneva_transpo
 def test_inline_enqueue_restores_the_previous_mode_after_an_exception(
     geneva_session, geneva_transport
 ):
-    from engine.transport import enqueues_deferred
+    from geneva_drive.transport import enqueues_deferred
 
     assert enqueues_deferred()
     with pytest.raises(KeyError), with_inline_enqueue():

@@ -15,10 +15,10 @@ from contextlib import contextmanager
 import pytest
 from sqlalchemy import event, inspect, select, text
 
-from engine import Workflow, db, persistence, step
-from engine.executor import execute
-from engine.models import StepExecution, utcnow
-from engine.states import StepState
+from geneva_drive import Workflow, db, persistence, step
+from geneva_drive.executor import execute
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.states import StepState
 from tests.engine.helpers import executions, make_order, other_session
 
 
@@ -249,7 +249,7 @@ def test_postgresql_commits_the_start_transition_asynchronously_and_the_outcome_
 def test_synchronous_start_commit_makes_the_start_commit_wait_for_its_flush(geneva_session):
     if db.is_sqlite(geneva_session):
         pytest.skip("synchronous_commit is PostgreSQL's")
-    from engine.config import settings
+    from geneva_drive.config import settings
 
     settings.synchronous_start_commit = True  # the fixture restores the settings afterwards
     workflow = PersistFlow.create(hero=make_order(geneva_session))
@@ -486,7 +486,7 @@ def test_changes_to_a_loaded_object_are_written_by_flush(geneva_session):
 def test_load_configures_a_class_defined_since_the_last_query(geneva_session):
     """A fresh worker process runs load() before any ORM query: the mappers must be configured
     by load() itself, or the new object has no attribute instrumentation."""
-    from engine.workflow import unregister
+    from geneva_drive.workflow import unregister
 
     workflow = PersistFlow.create(hero=make_order(geneva_session))
     geneva_session.commit()

@@ -8,13 +8,13 @@ from datetime import timedelta
 
 import pytest
 
-from engine import ExceptionPolicy, Workflow, step
-from engine.errors import StepConfigurationError
-from engine.executor import consecutive_reattempt_count
-from engine.instrumentation import set_error_reporter
-from engine.models import StepExecution, utcnow
-from engine.policies import CombinedExceptionPolicy, LazyExceptionMatcher, resolution_stack
-from engine.testing import perform_next_step
+from geneva_drive import ExceptionPolicy, Workflow, step
+from geneva_drive.errors import StepConfigurationError
+from geneva_drive.executor import consecutive_reattempt_count
+from geneva_drive.instrumentation import set_error_reporter
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.policies import CombinedExceptionPolicy, LazyExceptionMatcher, resolution_stack
+from geneva_drive.testing import perform_next_step
 from tests.engine.helpers import assert_close, assert_recent, executions, make_order, summary
 
 

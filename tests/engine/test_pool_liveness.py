@@ -20,9 +20,9 @@ from sqlalchemy.engine.url import make_url
 from sqlalchemy.orm import object_session
 from sqlalchemy.pool import NullPool
 
-from engine import Workflow, db, step
-from engine.executor import execute
-from engine.models import StepExecution
+from geneva_drive import Workflow, db, step
+from geneva_drive.executor import execute
+from geneva_drive.models import StepExecution
 
 URL = os.environ.get("GENEVA_TEST_DATABASE_URL") or ""
 pytestmark = pytest.mark.skipif(

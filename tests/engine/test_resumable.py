@@ -12,12 +12,12 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import select
 
-import engine.executor
-from engine import ExceptionPolicy, IterableStep, Workflow, db, resumable_step, settings, step
-from engine.errors import CursorTooLargeError, InvalidStateError
-from engine.executor import clear_shutdown, request_shutdown
-from engine.models import StepExecution, utcnow
-from engine.testing import (
+import geneva_drive.executor
+from geneva_drive import ExceptionPolicy, IterableStep, Workflow, db, resumable_step, settings, step
+from geneva_drive.errors import CursorTooLargeError, InvalidStateError
+from geneva_drive.executor import clear_shutdown, request_shutdown
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.testing import (
     assert_cursor,
     assert_step_has_successor,
     assert_workflow_state,
@@ -381,7 +381,9 @@ def test_out_of_band_cancel_stops_at_the_next_checkpoint(order):
 
 def test_max_runtime_interrupts_at_the_checkpoint(order, monkeypatch):
     clock = {"now": 1000.0}
-    monkeypatch.setattr(engine.executor, "time", SimpleNamespace(monotonic=lambda: clock["now"]))
+    monkeypatch.setattr(
+        geneva_drive.executor, "time", SimpleNamespace(monotonic=lambda: clock["now"])
+    )
     processed = []
 
     class RuntimeFlow(Workflow):
@@ -413,7 +415,7 @@ def test_max_runtime_accepts_seconds_and_rejects_nonsense():
             pass
 
     assert SecondsFlow.steps.named("walk").max_runtime == timedelta(seconds=30)
-    from engine.errors import StepConfigurationError
+    from geneva_drive.errors import StepConfigurationError
 
     with pytest.raises(StepConfigurationError, match="max_runtime"):
 
@@ -453,10 +455,10 @@ def test_shutdown_request_interrupts_and_clear_lets_it_finish(order):
     wf = ShutdownFlow.create(hero=order)
     try:
         perform_next_step(wf)
-        assert engine.executor.shutdown_requested()
+        assert geneva_drive.executor.shutdown_requested()
     finally:
         clear_shutdown()
-    assert not engine.executor.shutdown_requested()
+    assert not geneva_drive.executor.shutdown_requested()
     assert processed == [1, 2, 3]
     assert_cursor(wf, 3)
     assert_step_has_successor(wf, "walk")
@@ -883,8 +885,8 @@ def test_successor_carries_cursor_and_pin_but_not_metadata_or_the_steps_wait(ord
 
 
 def test_create_successor_execution_sweeps_strays_and_copies_the_pin(order, geneva_transport):
-    from engine import scheduling
-    from engine.models import Signal
+    from geneva_drive import scheduling
+    from geneva_drive.models import Signal
 
     class DirectSuccessorFlow(Workflow):
         @resumable_step
@@ -1011,7 +1013,7 @@ def test_cursor_over_max_cursor_size_raises_with_the_gems_guidance(order):
     assert_workflow_state(wf, "paused")
     failed = chain(wf, "walk")[0]
     assert failed.state == "failed"
-    assert failed.error_class_name == "engine.errors.CursorTooLargeError"
+    assert failed.error_class_name == "geneva_drive.errors.CursorTooLargeError"
     assert failed.cursor_value == ok  # the last good checkpoint is kept
 
 
@@ -1109,9 +1111,9 @@ def test_checkpoints_commit_the_steps_work_with_the_cursor(order):
 
 
 def test_iterable_step_is_exported():
-    import engine
+    import geneva_drive
 
-    assert engine.IterableStep is IterableStep
+    assert geneva_drive.IterableStep is IterableStep
 
 
 def test_a_stale_pause_marker_of_a_skipped_step_does_not_hijack_a_later_resume(order):
@@ -1191,7 +1193,7 @@ def test_out_of_band_pause_after_the_last_checkpoint_does_not_restart_the_iterat
 
 
 def test_a_stuck_resumable_step_recovered_while_paused_resumes_from_its_cursor(order):
-    from engine import housekeeping
+    from geneva_drive import housekeeping
 
     processed = []
 

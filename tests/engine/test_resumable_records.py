@@ -8,9 +8,9 @@ import pytest
 from sqlalchemy import DateTime, Integer, String, event, select
 from sqlalchemy.orm import Mapped, mapped_column
 
-from engine import Workflow, db, resumable_step
-from engine.models import Base
-from engine.testing import assert_cursor, perform_next_step, speedrun_workflow
+from geneva_drive import Workflow, db, resumable_step
+from geneva_drive.models import Base
+from geneva_drive.testing import assert_cursor, perform_next_step, speedrun_workflow
 from tests.conftest import Order
 
 

@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from engine import settings
-from engine.config import Settings
+from geneva_drive import settings
+from geneva_drive.config import Settings
 
 
 @pytest.fixture

@@ -9,10 +9,10 @@ from decimal import Decimal
 import pytest
 from sqlalchemy import event, func, select
 
-from engine import SignalMatcher, Workflow, db, settings, step
-from engine.errors import SignalPayloadTooLargeError, WorkflowNotOngoing
-from engine.models import Signal, StepExecution
-from engine.testing import perform_next_step, speedrun_workflow
+from geneva_drive import SignalMatcher, Workflow, db, settings, step
+from geneva_drive.errors import SignalPayloadTooLargeError, WorkflowNotOngoing
+from geneva_drive.models import Signal, StepExecution
+from geneva_drive.testing import perform_next_step, speedrun_workflow
 from tests.conftest import Order
 
 
@@ -188,7 +188,7 @@ def test_redelivery_does_not_dispatch(order, geneva_session, geneva_transport):
 def test_a_unique_violation_on_insert_returns_the_existing_row(order, geneva_session):
     """The unique index is the last word on dedup: when the pre-check misses the first row,
     the insert fails inside its own savepoint and the existing row is returned."""
-    from engine import signals as signals_module
+    from geneva_drive import signals as signals_module
 
     wf = GoFlow.create(hero=order)
     first = wf.signal("go", payload={"winner": True}, idempotency_key="race")
@@ -444,7 +444,7 @@ def test_a_matcher_raising_during_signal_leaves_nothing_behind(
 
 
 def test_a_failing_inline_enqueue_rolls_the_delivery_back(order, geneva_session, geneva_transport):
-    from engine import with_inline_enqueue
+    from geneva_drive import with_inline_enqueue
 
     wf, execution = parked(geneva_session, order)
 
@@ -501,7 +501,7 @@ def test_the_workflow_row_is_locked_before_the_insert(order, geneva_session, gen
 
 
 def test_signal_on_a_workflow_whose_class_is_gone(order, geneva_session):
-    from engine.workflow import unregister
+    from geneva_drive.workflow import unregister
 
     class GoneFlow(Workflow):
         @step(wait_for="go")

@@ -8,7 +8,7 @@ from datetime import date, datetime, timedelta
 import pytest
 from sqlalchemy import select
 
-from engine import (
+from geneva_drive import (
     ExceptionPolicy,
     SignalMatcher,
     Workflow,
@@ -17,9 +17,9 @@ from engine import (
     resumable_step,
     step,
 )
-from engine.errors import StepConfigurationError
-from engine.models import Signal, StepExecution, utcnow
-from engine.testing import (
+from geneva_drive.errors import StepConfigurationError
+from geneva_drive.models import Signal, StepExecution, utcnow
+from geneva_drive.testing import (
     assert_signal_state,
     assert_waiting_for_signal,
     perform_next_step,
@@ -28,7 +28,7 @@ from engine.testing import (
     speedrun_current_step,
     speedrun_workflow,
 )
-from engine.workflow import unregister
+from geneva_drive.workflow import unregister
 from tests.conftest import Order
 
 
@@ -253,7 +253,7 @@ def test_a_non_matching_signal_leaves_the_execution_parked(order, geneva_session
 
 
 def test_a_job_for_a_parked_execution_is_a_no_op(order, geneva_session):
-    from engine import executor
+    from geneva_drive import executor
 
     wf = ConfirmFlow.create(hero=order)
     perform_next_step(wf)
@@ -770,7 +770,7 @@ def test_paused_between_dispatch_and_run_then_resume_reattaches(order, geneva_se
     geneva_session.commit()
     wf.pause()
     geneva_session.commit()
-    from engine import executor
+    from geneva_drive import executor
 
     executor.execute(parked.id)  # the woken job fires while paused
     reload(geneva_session, parked)
@@ -962,7 +962,7 @@ def _crash_mid_step(session, execution, wf):
 
 
 def test_recovery_after_a_crash_reattaches_the_claimed_signal(order, geneva_session):
-    from engine import housekeeping
+    from geneva_drive import housekeeping
 
     wf = ConfirmFlow.create(hero=order)
     perform_next_step(wf)
@@ -986,7 +986,7 @@ def test_recovery_after_a_crash_reattaches_the_claimed_signal(order, geneva_sess
 
 
 def test_recovery_of_a_resumable_signal_step_carries_the_pin(order, geneva_session):
-    from engine import housekeeping
+    from geneva_drive import housekeeping
 
     class ResumableRecoverFlow(Workflow):
         @resumable_step(wait_for="go")

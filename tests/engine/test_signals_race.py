@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.engine.url import make_url
 
-from engine import Workflow, db, executor, step
-from engine.models import Signal, StepExecution
+from geneva_drive import Workflow, db, executor, step
+from geneva_drive.models import Signal, StepExecution
 from tests.conftest import Order
 
 

@@ -1,7 +1,7 @@
 from datetime import timedelta
 
-from engine import Workflow, step
-from engine.testing import speedrun_workflow
+from geneva_drive import Workflow, step
+from geneva_drive.testing import speedrun_workflow
 from tests.conftest import Order
 
 

@@ -7,11 +7,11 @@ import itertools
 
 import pytest
 
-from engine import Workflow, step
-from engine.errors import InvalidStateTransition
-from engine.executor import transition_step, transition_workflow
-from engine.models import OUTCOMES, StepExecution, utcnow
-from engine.states import (
+from geneva_drive import Workflow, step
+from geneva_drive.errors import InvalidStateTransition
+from geneva_drive.executor import transition_step, transition_workflow
+from geneva_drive.models import OUTCOMES, StepExecution, utcnow
+from geneva_drive.states import (
     STEP_TRANSITIONS,
     WORKFLOW_TRANSITIONS,
     StepState,
@@ -20,7 +20,7 @@ from engine.states import (
     check_workflow_transition,
     is_ongoing,
 )
-from engine.testing import perform_next_step, speedrun_workflow
+from geneva_drive.testing import perform_next_step, speedrun_workflow
 from tests.engine.helpers import assert_recent, make_order
 
 WORKFLOW_STATES = ["ready", "performing", "paused", "finished", "canceled"]
@@ -226,7 +226,7 @@ def test_is_overdue_only_for_scheduled_executions_in_the_past():
 
 
 def test_error_hierarchy():
-    from engine import errors
+    from geneva_drive import errors
 
     for name in (
         "InvalidStateError",
@@ -250,7 +250,7 @@ def test_error_hierarchy():
 def test_previous_step_name_of_a_finished_workflow_is_the_last_step_even_a_gravestone(
     geneva_session,
 ):
-    from engine import removed_step
+    from geneva_drive import removed_step
 
     class StatesTrailingGrave(Workflow):
         @step

@@ -1,4 +1,4 @@
-"""engine.testing helpers (reference/signals-policies-housekeeping.md §5, SPEC §2.6): what each
+"""geneva_drive.testing helpers (reference/signals-policies-housekeeping.md §5, SPEC §2.6): what each
 helper runs, what it returns, and the exact failure messages."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from engine import Workflow, resumable_step, step
-from engine.testing import (
+from geneva_drive import Workflow, resumable_step, step
+from geneva_drive.testing import (
     assert_cursor,
     assert_signal_state,
     assert_step_executed,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import with_inline_enqueue
-from engine.transport import Message, pending_count, queue_message
+from geneva_drive import with_inline_enqueue
+from geneva_drive.transport import Message, pending_count, queue_message
 
 
 def test_messages_are_sent_only_after_commit(geneva_session, geneva_transport):

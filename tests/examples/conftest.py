@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from examples import _work
+from geneva_drive.examples import _work
 
 
 @pytest.fixture(autouse=True)

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 from sqlalchemy import select
 
-from engine.testing import (
+from geneva_drive.examples.campaign import CampaignWorkflow
+from geneva_drive.examples.models import DemoCampaign, DemoSubscriber
+from geneva_drive.testing import (
     assert_cursor,
     assert_step_executed,
     assert_step_has_successor,
@@ -16,8 +18,6 @@ from engine.testing import (
     speedrun_current_step,
     speedrun_workflow,
 )
-from examples.campaign import CampaignWorkflow
-from examples.models import DemoCampaign, DemoSubscriber
 from tests.engine.helpers import executions
 
 SUBSCRIBERS = 60

@@ -7,15 +7,15 @@ from datetime import timedelta
 
 from sqlalchemy import func, select
 
-from engine.models import StepExecution, utcnow
-from engine.testing import (
+from geneva_drive.examples.erasure import ANONYMOUS, ERASED_BODY, UserErasureWorkflow
+from geneva_drive.examples.models import DemoMember, DemoPost
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.testing import (
     assert_step_executed,
     assert_workflow_state,
     perform_next_step,
     speedrun_workflow,
 )
-from examples.erasure import ANONYMOUS, ERASED_BODY, UserErasureWorkflow
-from examples.models import DemoMember, DemoPost
 
 
 def _start(session):

@@ -8,16 +8,16 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select
 
-from engine.instrumentation import set_error_reporter
-from engine.models import StepExecution, utcnow
-from engine.testing import (
+from geneva_drive.examples.flaky import FeedImportWorkflow, FeedTimeout
+from geneva_drive.examples.models import DemoFeed
+from geneva_drive.instrumentation import set_error_reporter
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.testing import (
     assert_step_executed,
     assert_workflow_state,
     perform_next_step,
     speedrun_workflow,
 )
-from examples.flaky import FeedImportWorkflow, FeedTimeout
-from examples.models import DemoFeed
 from tests.engine.helpers import executions
 
 
@@ -57,7 +57,7 @@ def test_a_flaky_feed_is_reattempted_until_the_fetch_works(geneva_session, repor
     assert [f.outcome for f in fetches] == ["reattempted", "reattempted", "success"]
     for reattempted in fetches[:2]:
         exception = reattempted.metadata_dict["exception"]
-        assert exception["class"] == "examples.flaky.FeedTimeout"
+        assert exception["class"] == "geneva_drive.examples.flaky.FeedTimeout"
         assert "did not answer" in exception["message"]
     geneva_session.refresh(feed)
     assert feed.fetch_attempts == 3

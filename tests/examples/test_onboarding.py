@@ -6,15 +6,15 @@ from datetime import timedelta
 
 from sqlalchemy import select, update
 
-from engine.models import StepExecution, utcnow
-from engine.testing import (
+from geneva_drive.examples.models import DemoCustomer
+from geneva_drive.examples.onboarding import OnboardingWorkflow
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.testing import (
     assert_step_executed,
     assert_workflow_state,
     perform_next_step,
     speedrun_workflow,
 )
-from examples.models import DemoCustomer
-from examples.onboarding import OnboardingWorkflow
 
 
 def _start(session, profile_complete=False):

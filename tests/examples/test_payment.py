@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import func, select
 
-from engine.models import Signal
-from engine.testing import (
+from geneva_drive.examples.models import DemoOrder
+from geneva_drive.examples.payment import PaymentWorkflow
+from geneva_drive.models import Signal
+from geneva_drive.testing import (
     assert_signal_state,
     assert_step_executed,
     assert_waiting_for_signal,
@@ -15,8 +17,6 @@ from engine.testing import (
     perform_next_step,
     speedrun_workflow,
 )
-from examples.models import DemoOrder
-from examples.payment import PaymentWorkflow
 
 
 def _start(session, amount_cents=4200):

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 
-from engine.models import Signal, StepExecution, utcnow
-from engine.workflow import Workflow
-from examples import seed
-from examples.onboarding import OnboardingWorkflow
+from geneva_drive.examples import seed
+from geneva_drive.examples.onboarding import OnboardingWorkflow
+from geneva_drive.models import Signal, StepExecution, utcnow
+from geneva_drive.workflow import Workflow
 
 
 def test_small_seed_covers_every_state(geneva_session):

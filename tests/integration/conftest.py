@@ -25,10 +25,10 @@ import pytest
 from sqlalchemy import Engine, select, text
 from sqlalchemy.engine.url import make_url
 
-from engine import db, transport
-from engine.config import settings
-from engine.models import Base, StepExecution
-from engine.workflow import Workflow
+from geneva_drive import db, transport
+from geneva_drive.config import settings
+from geneva_drive.models import Base, StepExecution
+from geneva_drive.workflow import Workflow
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

@@ -14,7 +14,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from engine import IterableStep, Workflow, resumable_step, step
+from geneva_drive import IterableStep, Workflow, resumable_step, step
 
 
 def record(workflow: Workflow, step_name: str, event: str = "ran") -> None:

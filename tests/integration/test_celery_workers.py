@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from engine import housekeeping, settings
-from engine.celery import CeleryTransport, make_celery
-from engine.transport import Message, new_job_id
+from geneva_drive import housekeeping, settings
+from geneva_drive.celery import CeleryTransport, make_celery
+from geneva_drive.transport import Message, new_job_id
 from tests.integration.conftest import (
     AMQP_URL,
     BIN,
@@ -56,7 +56,7 @@ def broker(request: pytest.FixtureRequest) -> Broker:
 
 
 class Worker:
-    """``celery -A engine.celery worker`` on its own queue; restartable on the same queue."""
+    """``celery -A geneva_drive.celery worker`` on its own queue; restartable on the same queue."""
 
     def __init__(
         self, database: SharedDatabase, broker: Broker, directory: Path, pool: str, concurrency: int
@@ -85,7 +85,7 @@ class Worker:
             [
                 str(BIN / "celery"),
                 "-A",
-                "engine.celery",
+                "geneva_drive.celery",
                 "worker",
                 f"--pool={self.pool}",
                 "-c",
@@ -154,7 +154,7 @@ def test_delayed_step_is_sent_by_the_dispatcher_when_due_not_before(
         [
             str(BIN / "celery"),
             "-A",
-            "engine.celery",
+            "geneva_drive.celery",
             "beat",
             "--loglevel=INFO",
             "-s",

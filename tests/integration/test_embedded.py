@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.transport import NullTransport
+from geneva_drive.transport import NullTransport
 from tests.integration.conftest import (
     BIN,
     Process,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from engine import housekeeping, settings
-from engine.transport import NullTransport
+from geneva_drive import housekeeping, settings
+from geneva_drive.transport import NullTransport
 from tests.integration.conftest import (
     Process,
     SharedDatabase,

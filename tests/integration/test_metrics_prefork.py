@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine.celery import CeleryTransport, make_celery
+from geneva_drive.celery import CeleryTransport, make_celery
 from tests.integration.conftest import (
     BIN,
     REDIS_URL,
@@ -53,7 +53,7 @@ def test_prefork_children_add_up_on_the_worker_metrics_port(
         GENEVA_WORKER_METRICS_PORT=str(port),
     )
     worker = Process(
-        [str(BIN / "celery"), "-A", "engine.celery", "worker", "--pool=prefork", "-c", "2",
+        [str(BIN / "celery"), "-A", "geneva_drive.celery", "worker", "--pool=prefork", "-c", "2",
          "--loglevel=INFO", "-Q", queue, "-n", f"{queue}@%h",
          "--without-gossip", "--without-mingle", "--without-heartbeat"],
         env,

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 from sqlalchemy import select
 
-from engine import db
-from engine.models import Signal
+from geneva_drive import db
+from geneva_drive.models import Signal
 from tests.integration.conftest import (
     ROOT,
     SharedDatabase,
@@ -31,9 +31,9 @@ pytestmark = pytest.mark.integration
 
 SENDER = """
 import sys
-from engine import db
-from engine.bootstrap import import_workflow_modules
-from engine.workflow import Workflow
+from geneva_drive import db
+from geneva_drive.bootstrap import import_workflow_modules
+from geneva_drive.workflow import Workflow
 
 import_workflow_modules()
 with db.transaction() as session:

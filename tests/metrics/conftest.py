@@ -9,8 +9,8 @@ import pytest
 from sqlalchemy import Engine, event
 from sqlalchemy.orm import Session
 
-from engine import metrics
-from engine.models import utcnow
+from geneva_drive import metrics
+from geneva_drive.models import utcnow
 from tests.metrics.seed import seed
 
 

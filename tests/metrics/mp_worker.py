@@ -20,7 +20,7 @@ import sys
 import urllib.request
 from typing import Any
 
-from engine import Workflow, step
+from geneva_drive import Workflow, step
 
 
 class MetricsMpWorkflow(Workflow):
@@ -33,7 +33,7 @@ class MetricsMpWorkflow(Workflow):
 
 
 def _configure() -> None:
-    from engine import db, transport
+    from geneva_drive import db, transport
 
     url = os.environ["GENEVA_DATABASE_URL"]
     schema = os.environ.get("GENEVA_TEST_SCHEMA")
@@ -46,23 +46,23 @@ def _configure() -> None:
 
 def main(argv: list[str]) -> int:
     mode, args = argv[0], argv[1:]
-    from engine import prometheus
+    from geneva_drive import prometheus
 
     assert prometheus.is_multiprocess(), "PROMETHEUS_MULTIPROC_DIR must be set before start"
     if mode == "run":
         _configure()
-        from engine import executor
+        from geneva_drive import executor
 
         prometheus.install()
         for execution_id in args:
             executor.execute(int(execution_id))
-        from engine import housekeeping
+        from geneva_drive import housekeeping
 
         housekeeping.run()  # every worker process runs one pass
         print(os.getpid())
         return 0
     if mode == "scrape":
-        from app import create_app
+        from geneva_drive.dashboard import create_app
 
         options: dict[str, Any] = {}
         if os.environ.get("GENEVA_TEST_SCHEMA"):

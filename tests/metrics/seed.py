@@ -21,8 +21,8 @@ from typing import Any
 from sqlalchemy import insert
 from sqlalchemy.orm import Session
 
-from engine.models import StepExecution
-from engine.workflow import Workflow
+from geneva_drive.models import StepExecution
+from geneva_drive.workflow import Workflow
 
 EXPECTED_STATES = {
     "MetricsAlpha": {"ready": 3, "performing": 1, "paused": 1, "finished": 2, "canceled": 0},

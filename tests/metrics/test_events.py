@@ -1,5 +1,5 @@
 """Event metrics in one process: the executor, signals, operator actions and housekeeping
-feed the counters and histograms through the blinker events (engine.prometheus.install)."""
+feed the counters and histograms through the blinker events (geneva_drive.prometheus.install)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from prometheus_client import REGISTRY
 from sqlalchemy import update
 
-from engine import Workflow, housekeeping, instrumentation, prometheus, step
-from engine.housekeeping import HousekeepingReport
-from engine.models import StepExecution, utcnow
-from engine.testing import perform_next_step, speedrun_workflow
+from geneva_drive import Workflow, housekeeping, instrumentation, prometheus, step
+from geneva_drive.housekeeping import HousekeepingReport
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.testing import perform_next_step, speedrun_workflow
 from tests.conftest import Order
 
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import metrics
-from engine.config import settings
-from engine.prometheus import DatabaseCollector
+from geneva_drive import metrics
+from geneva_drive.config import settings
+from geneva_drive.prometheus import DatabaseCollector
 from tests.metrics.seed import EXPECTED, EXPECTED_STATES, OLDEST_OVERDUE
 
 DB_GAUGES = {
@@ -28,8 +28,8 @@ ALLOWED_LABELS = {"workflow", "state", "step", "outcome", "result", "action", "k
 
 @pytest.fixture
 def app(geneva_database, geneva_session) -> Iterator[object]:
-    from app import create_app
-    from app.extensions import db
+    from geneva_drive.dashboard import create_app
+    from geneva_drive.dashboard.extensions import db
 
     options: dict[str, object] = {}
     if geneva_database.schema is not None:
@@ -96,8 +96,8 @@ def test_database_gauges_match_the_seeded_rows(app, seeded):
 def test_labels_never_carry_ids(app, seeded, geneva_session):
     from sqlalchemy import select
 
-    from engine.models import StepExecution
-    from engine.workflow import Workflow
+    from geneva_drive.models import StepExecution
+    from geneva_drive.workflow import Workflow
 
     ids = {str(i) for i in geneva_session.scalars(select(Workflow.id))}
     ids |= {str(i) for i in geneva_session.scalars(select(StepExecution.id))}
@@ -137,8 +137,8 @@ def test_bearer_token_is_required_when_configured(app, seeded):
 
 
 def test_token_from_the_environment(geneva_database, geneva_session, monkeypatch):
-    from app import create_app
-    from app.extensions import db
+    from geneva_drive.dashboard import create_app
+    from geneva_drive.dashboard.extensions import db
 
     monkeypatch.setenv("GENEVA_METRICS_TOKEN", "12345")  # JSON-parsed to an int by Flask
     options: dict[str, object] = {}
@@ -161,7 +161,7 @@ def test_token_from_the_environment(geneva_database, geneva_session, monkeypatch
 
 
 def test_second_scrape_within_the_ttl_runs_no_query(app, seeded, count_statements):
-    from app.extensions import db
+    from geneva_drive.dashboard.extensions import db
 
     client = app.test_client()
     with app.app_context():
@@ -176,7 +176,7 @@ def test_second_scrape_within_the_ttl_runs_no_query(app, seeded, count_statement
 
 
 def test_a_scrape_after_the_ttl_queries_again(app, seeded, count_statements, monkeypatch):
-    from app.extensions import db
+    from geneva_drive.dashboard.extensions import db
 
     client = app.test_client()
     with app.app_context():
@@ -198,7 +198,7 @@ def test_database_errors_become_database_up_zero():
 
 
 def test_overview_and_metrics_show_the_same_numbers(app, seeded):
-    """The dashboard's overview calls engine.metrics.get_snapshot(): same cache, same numbers."""
+    """The dashboard's overview calls geneva_drive.metrics.get_snapshot(): same cache, same numbers."""
     families = scrape(app.test_client())
     snapshot = metrics.get_snapshot()
     overdue = samples(families["geneva_drive_overdue_step_executions"])
@@ -209,8 +209,8 @@ def test_overview_and_metrics_show_the_same_numbers(app, seeded):
 
 
 def test_cache_period_from_the_app_config(geneva_database, geneva_session, count_statements):
-    from app import create_app
-    from app.extensions import db
+    from geneva_drive.dashboard import create_app
+    from geneva_drive.dashboard.extensions import db
 
     options: dict[str, object] = {}
     if geneva_database.schema is not None:
@@ -240,8 +240,8 @@ def test_cache_period_from_the_app_config(geneva_database, geneva_session, count
 
 def test_the_overview_page_counts_agree_with_metrics(app, seeded):
     """The dashboard's overview and /metrics must never tell an operator two stories."""
-    from app import queries
-    from app.extensions import db
+    from geneva_drive.dashboard import queries
+    from geneva_drive.dashboard.extensions import db
 
     families = scrape(app.test_client())
 

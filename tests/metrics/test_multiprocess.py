@@ -17,7 +17,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import select
 
-from engine.models import StepExecution
+from geneva_drive.models import StepExecution
 from tests.metrics.mp_worker import MetricsMpWorkflow
 
 ROOT = Path(__file__).resolve().parents[2]

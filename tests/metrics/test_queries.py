@@ -1,4 +1,4 @@
-"""engine.metrics: the grouped queries, the snapshot, the cache and the gem's gauges."""
+"""geneva_drive.metrics: the grouped queries, the snapshot, the cache and the gem's gauges."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from engine import metrics
-from engine.config import settings
-from engine.db import get_engine
+from geneva_drive import metrics
+from geneva_drive.config import settings
+from geneva_drive.db import get_engine
 from tests.metrics.seed import EXPECTED, EXPECTED_STATES, OLDEST_OVERDUE
 
 
@@ -205,7 +205,7 @@ def test_report_gauges_emits_the_gems_gauges(geneva_session, seeded):
 
 
 def test_report_gauges_goes_through_the_facade(geneva_session, seeded):
-    from engine import metrics_facade
+    from geneva_drive import metrics_facade
 
     received = []
 

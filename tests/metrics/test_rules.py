@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from engine.metrics import ClassMetrics, MetricsSnapshot
-from engine.models import utcnow
-from engine.prometheus import EventMetrics, snapshot_metrics
+from geneva_drive.metrics import ClassMetrics, MetricsSnapshot
+from geneva_drive.models import utcnow
+from geneva_drive.prometheus import EventMetrics, snapshot_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "docs" / "prometheus-rules.yml"

@@ -6,8 +6,8 @@ import socket
 
 import pytest
 
-from engine import metrics, metrics_facade
-from engine.statsd import StatsdSink
+from geneva_drive import metrics, metrics_facade
+from geneva_drive.statsd import StatsdSink
 
 
 @pytest.fixture

@@ -8,7 +8,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from engine import instrumentation, prometheus
+from geneva_drive import instrumentation, prometheus
 
 
 def _free_port() -> int:
@@ -53,7 +53,7 @@ def test_serves_this_process_event_metrics_on_loopback(monkeypatch):
 
 
 def test_celery_worker_init_installs_the_metrics(monkeypatch):
-    from engine import celery as engine_celery
+    from geneva_drive import celery as engine_celery
 
     monkeypatch.delenv("GENEVA_WORKER_METRICS_PORT", raising=False)
     monkeypatch.delenv("GENEVA_WORKFLOW_MODULES", raising=False)

@@ -8,14 +8,14 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from engine import executor
+from geneva_drive import executor
 
 
 @pytest.fixture
 def rdb(geneva_database: Any, geneva_transport: Any, geneva_session: Any) -> Iterator[Engine]:
     """The test database (SQLite or PostgreSQL) with recorded transport and restored settings.
 
-    Tests open their own sessions per thread through engine.db (each its own connection).
+    Tests open their own sessions per thread through geneva_drive.db (each its own connection).
     """
     executor.clear_shutdown()
     yield geneva_database.engine

@@ -29,8 +29,8 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from engine import ExceptionPolicy, IterableStep, Workflow, resumable_step, step
-from engine.instrumentation import step_finalized
+from geneva_drive import ExceptionPolicy, IterableStep, Workflow, resumable_step, step
+from geneva_drive.instrumentation import step_finalized
 
 HANG_SECONDS = 120
 
@@ -55,8 +55,8 @@ def record(workflow: Workflow, step_name: str, event_name: str = "ran") -> None:
     # keep a connection (and a transaction) open through the body because of our bookkeeping.
     from sqlalchemy import select as _select
 
-    from engine import db
-    from engine.models import StepExecution
+    from geneva_drive import db
+    from geneva_drive.models import StepExecution
 
     with db.get_engine().connect() as connection:
         execution_id = connection.scalar(
@@ -163,7 +163,7 @@ class CrashSendWorkflow(Workflow):
 
 @event.listens_for(Session, "after_commit", insert=True)
 def _hang_between_commit_and_send(session: Session) -> None:
-    # insert=True: runs before engine.transport's own after_commit hook, which sends.
+    # insert=True: runs before geneva_drive.transport's own after_commit hook, which sends.
     if not os.environ.get("GENEVA_CRASH_HANG_SEND"):
         return
     pending = session.info.get("geneva_pending_messages")

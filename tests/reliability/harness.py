@@ -17,10 +17,10 @@ from sqlalchemy import select
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.orm import Session
 
-from engine import db, executor
-from engine.models import StepExecution
-from engine.states import StepState, WorkflowState
-from engine.workflow import Workflow
+from geneva_drive import db, executor
+from geneva_drive.models import StepExecution
+from geneva_drive.states import StepState, WorkflowState
+from geneva_drive.workflow import Workflow
 from tests.conftest import Order
 
 

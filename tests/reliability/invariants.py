@@ -1,7 +1,7 @@
 """The invariant checker: what must hold in a GenevaDrive database whatever happened to it.
 
 Every reliability test (races, crashes, soak) ends with :func:`assert_invariants`. The rules
-are read from :mod:`engine.states` (the one state machine); nothing here keeps its own copy
+are read from :mod:`geneva_drive.states` (the one state machine); nothing here keeps its own copy
 of which states or outcomes exist.
 
 Always (even while workers run):
@@ -33,9 +33,9 @@ from sqlalchemy import Engine, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
-from engine import states
-from engine.models import Signal, StepExecution
-from engine.workflow import Workflow
+from geneva_drive import states
+from geneva_drive.models import Signal, StepExecution
+from geneva_drive.workflow import Workflow
 
 _wf = Workflow.__table__
 _ex = StepExecution.__table__

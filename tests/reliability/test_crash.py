@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 
-from engine import db, dispatch, housekeeping
-from engine.celery import CeleryTransport, make_celery
-from engine.config import settings
-from engine.transport import NullTransport
+from geneva_drive import db, dispatch, housekeeping
+from geneva_drive.celery import CeleryTransport, make_celery
+from geneva_drive.config import settings
+from geneva_drive.transport import NullTransport
 from tests.integration.conftest import (
     BIN,
     Process,
@@ -341,7 +341,7 @@ class CeleryWorker:
             [
                 str(BIN / "celery"),
                 "-A",
-                "engine.celery",
+                "geneva_drive.celery",
                 "worker",
                 "--pool=prefork",
                 "-c",
@@ -430,7 +430,7 @@ def test_broker_restart_with_executions_in_flight(
         with db.new_session() as session:
             from sqlalchemy import func, select
 
-            from engine.workflow import Workflow
+            from geneva_drive.workflow import Workflow
 
             done = session.scalar(
                 select(func.count()).where(Workflow.id.in_(ids), Workflow.state == "finished")

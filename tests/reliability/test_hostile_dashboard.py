@@ -17,10 +17,10 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from sqlalchemy import select
 
-from engine.config import settings
-from engine.models import OperatorAction, Signal, StepExecution
-from engine.testing import speedrun_workflow
-from engine.workflow import Workflow
+from geneva_drive.config import settings
+from geneva_drive.models import OperatorAction, Signal, StepExecution
+from geneva_drive.testing import speedrun_workflow
+from geneva_drive.workflow import Workflow
 from tests.app.conftest import CSRF, DashPayment, app_config, login
 from tests.conftest import Order
 
@@ -110,13 +110,13 @@ GET_PAGES = [
 
 @pytest.fixture
 def dash(geneva_database, geneva_session):
-    from app import create_app
+    from geneva_drive.dashboard import create_app
 
     DashPayment.fail_charge = True
     app = create_app(app_config(geneva_database))
     yield app
     with app.app_context():
-        from app.extensions import db
+        from geneva_drive.dashboard.extensions import db
 
         db.session.remove()
         db.engine.dispose()

@@ -19,18 +19,18 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from engine import IterableStep, Workflow, resumable_step, step
-from engine.config import settings
-from engine.errors import (
+from geneva_drive import IterableStep, Workflow, resumable_step, step
+from geneva_drive.config import settings
+from geneva_drive.errors import (
     CursorTooLargeError,
     EngineError,
     SignalPayloadTooLargeError,
     StepConfigurationError,
     StepNotDefinedError,
 )
-from engine.job_options import validate_job_options
-from engine.models import Signal, StepExecution
-from engine.serialization import deserialize, serialize_cursor, serialize_payload
+from geneva_drive.job_options import validate_job_options
+from geneva_drive.models import Signal, StepExecution
+from geneva_drive.serialization import deserialize, serialize_cursor, serialize_payload
 from tests.reliability.harness import drain, new_workflow, session_scope, workflow_state
 from tests.reliability.invariants import assert_invariants
 
@@ -274,7 +274,7 @@ def test_oversize_payload_and_unknown_options(gate_id):
 
 
 def rdb_engine():
-    from engine import db
+    from geneva_drive import db
 
     return db.get_engine()
 

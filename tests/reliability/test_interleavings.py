@@ -10,8 +10,8 @@ import threading
 
 import pytest
 
-from engine import IterableStep, Workflow, executor, resumable_step, step
-from engine.errors import InvalidStateError
+from geneva_drive import IterableStep, Workflow, executor, resumable_step, step
+from geneva_drive.errors import InvalidStateError
 from tests.reliability.harness import (
     Ledger,
     act,

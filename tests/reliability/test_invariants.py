@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import pytest
 from sqlalchemy import text
 
-from engine import Workflow, step
-from engine.models import utcnow
-from engine.testing import speedrun_workflow
+from geneva_drive import Workflow, step
+from geneva_drive.models import utcnow
+from geneva_drive.testing import speedrun_workflow
 from tests.conftest import Order
 from tests.reliability.invariants import assert_invariants, check_invariants, evaluate
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine import Workflow, step
+from geneva_drive import Workflow, step
 from tests.reliability.harness import (
     Ledger,
     act,
@@ -42,7 +42,7 @@ class EdgeGatedLast(Workflow):
 
 def _run_first_then_pause(cls) -> int:
     workflow_id = new_workflow(cls)
-    from engine import executor
+    from geneva_drive import executor
 
     executor.execute(current_execution_id(workflow_id))  # first runs; last is now current
     if cls is EdgeGatedLast:

@@ -17,10 +17,10 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from engine import Workflow, db, executor, step
-from engine.dispatch import dispatch_due
-from engine.errors import DuplicateWorkflowError, InvalidStateError, WorkflowNotOngoing
-from engine.models import Signal, StepExecution, utcnow
+from geneva_drive import Workflow, db, executor, step
+from geneva_drive.dispatch import dispatch_due
+from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, WorkflowNotOngoing
+from geneva_drive.models import Signal, StepExecution, utcnow
 from tests.conftest import Order
 from tests.reliability.harness import (
     FileLedger,
@@ -332,8 +332,8 @@ def test_resume_skip_cancel_storm(rdb):
 
 def test_execute_racing_housekeeping_recovery(rdb):
     """A stuck-scheduled sweep and a worker reaching the same execution: it runs once."""
-    from engine import housekeeping
-    from engine.config import settings
+    from geneva_drive import housekeeping
+    from geneva_drive.config import settings
 
     settings.stuck_scheduled_threshold = timedelta(0)
     for _ in range(15):
@@ -365,8 +365,8 @@ def test_execute_racing_housekeeping_recovery(rdb):
 def test_cleanup_racing_signals_and_operators_on_finished_workflows(rdb):
     """Housekeeping deletes old finished workflows while webhooks retry keyed signals and
     operators click on them: each caller gets a clear answer, nothing is orphaned."""
-    from engine import housekeeping
-    from engine.config import settings
+    from geneva_drive import housekeeping
+    from geneva_drive.config import settings
 
     settings.delete_completed_workflows_after = 0
     settings.housekeeping_batch_size = 3

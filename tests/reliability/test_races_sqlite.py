@@ -13,10 +13,10 @@ from datetime import timedelta
 
 from sqlalchemy import func, select
 
-from engine import Workflow, executor, step
-from engine.dispatch import dispatch_due
-from engine.errors import DuplicateWorkflowError, InvalidStateError
-from engine.models import utcnow
+from geneva_drive import Workflow, executor, step
+from geneva_drive.dispatch import dispatch_due
+from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError
+from geneva_drive.models import utcnow
 from tests.conftest import Order
 from tests.reliability.harness import (
     Ledger,

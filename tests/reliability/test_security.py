@@ -10,7 +10,7 @@ import re
 import pytest
 from werkzeug.security import generate_password_hash
 
-from engine.testing import speedrun_workflow
+from geneva_drive.testing import speedrun_workflow
 from tests.app.conftest import CSRF, USERS, DashPayment, app_config, login
 from tests.conftest import Order
 from tests.reliability.test_hostile_dashboard import engine_rows
@@ -21,7 +21,7 @@ SECRET_KEY = "secret-key-0c9e77a1"
 
 @pytest.fixture
 def build(geneva_database, geneva_session):
-    from app import create_app
+    from geneva_drive.dashboard import create_app
 
     made = []
 
@@ -34,7 +34,7 @@ def build(geneva_database, geneva_session):
     yield make
     for flask_app in made:
         with flask_app.app_context():
-            from app.extensions import db
+            from geneva_drive.dashboard.extensions import db
 
             db.session.remove()
             db.engine.dispose()

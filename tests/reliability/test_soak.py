@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from engine import db, housekeeping
-from engine.config import settings
-from engine.errors import EngineError
-from engine.models import Signal, StepExecution
-from engine.transport import NullTransport
-from engine.workflow import Workflow
+from geneva_drive import db, housekeeping
+from geneva_drive.config import settings
+from geneva_drive.errors import EngineError
+from geneva_drive.models import Signal, StepExecution
+from geneva_drive.transport import NullTransport
+from geneva_drive.workflow import Workflow
 from tests.integration.conftest import BIN, Process, SharedDatabase, process_env
 from tests.reliability.crash_flows import Ledger, SoakWorkflow
 from tests.reliability.invariants import check_invariants
