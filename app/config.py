@@ -60,7 +60,11 @@ DEFAULTS: dict[str, Any] = {
 def load(app: Flask, overrides: Mapping[str, Any] | None) -> None:
     """Apply defaults, the environment and ``overrides``, in that order (later wins)."""
     app.config.update(DEFAULTS)
-    app.config["SQLALCHEMY_DATABASE_URI"] = geneva_drive.db.database_url()
     app.config.from_prefixed_env("GENEVA")
     if overrides:
         app.config.update(overrides)
+    if not app.config.get("SQLALCHEMY_DATABASE_URI"):
+        # GENEVA_DATABASE_URL (also read above as DATABASE_URL), refused when unset.
+        app.config["SQLALCHEMY_DATABASE_URI"] = app.config.get("DATABASE_URL") or (
+            geneva_drive.db.database_url()
+        )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import sys
 
 log = logging.getLogger(__name__)
 
@@ -24,9 +25,23 @@ def workflow_module_names(raw: str | None = None) -> list[str]:
     return [part for part in value.replace(",", " ").split() if part]
 
 
+def ensure_cwd_importable() -> None:
+    """Modules are found from the current directory, as ``python -m`` and ``celery -A`` do.
+
+    One rule for every role: the CLI, the Celery main process and its prefork children (which
+    may have been started with another ``sys.path[0]``) all resolve ``GENEVA_WORKFLOW_MODULES``
+    the same way.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def import_workflow_modules(names: list[str] | None = None) -> list[str]:
     """Import every workflow module once; a missing module fails loudly, naming the variable."""
     wanted = workflow_module_names() if names is None else names
+    if wanted:
+        ensure_cwd_importable()
     for name in wanted:
         if name in _imported:
             continue

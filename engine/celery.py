@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -33,6 +34,7 @@ from celery import Celery, Task
 from celery.signals import task_prerun, worker_init, worker_process_init, worker_shutting_down
 
 from geneva_drive.config import settings
+from geneva_drive.errors import ConfigurationError
 from geneva_drive.transport import Message
 
 log = logging.getLogger(__name__)
@@ -57,8 +59,6 @@ def default_queue() -> str:
 def make_celery(url: str | None = None) -> Celery:
     """A configured Celery app with the GenevaDrive tasks and beat schedule registered."""
     celery = Celery("geneva_drive", broker=url or broker_url())
-    queue = default_queue()
-    dispatch_every = settings.dispatch_interval.total_seconds()
     celery.conf.update(
         task_ignore_result=True,
         task_acks_late=True,
@@ -66,9 +66,35 @@ def make_celery(url: str | None = None) -> Celery:
         task_reject_on_worker_lost=True,
         # One message per process at a time: a long step must not sit on prefetched messages.
         worker_prefetch_multiplier=1,
-        task_default_queue=queue,
+        task_default_queue=default_queue(),
         broker_connection_retry_on_startup=True,
-        beat_schedule={
+    )
+    _register_tasks(celery)
+    return celery
+
+
+def register(celery: Celery) -> Celery:
+    """Run GenevaDrive on the host application's own Celery app.
+
+    Registers the step task and the dispatcher / housekeeping beat entries on ``celery`` and
+    sends every step message through it, so ``celery -A myshop.celery worker`` runs steps and
+    ``celery -A myshop.celery beat`` dispatches. Only GenevaDrive's own tasks get its options
+    (late acks, redelivery when a worker dies, no results); the host's configuration is left
+    as it is. Set ``worker_prefetch_multiplier=1`` on the host app when long steps share a queue
+    with short ones.
+    """
+    global app
+    _register_tasks(celery)
+    app = celery
+    return celery
+
+
+def _register_tasks(celery: Celery) -> None:
+    queue = default_queue()
+    dispatch_every = settings.dispatch_interval.total_seconds()
+    schedule = dict(celery.conf.beat_schedule or {})
+    schedule.update(
+        {
             "geneva-drive-dispatch-due": {
                 "task": DISPATCH_DUE_TASK,
                 "schedule": dispatch_every,
@@ -80,12 +106,13 @@ def make_celery(url: str | None = None) -> Celery:
                 "schedule": settings.housekeeping_interval.total_seconds(),
                 "options": {"queue": queue},
             },
-        },
+        }
     )
-    celery.task(name=PERFORM_STEP_TASK, acks_late=True, ignore_result=True)(perform_step)
+    celery.conf.beat_schedule = schedule
+    step_options = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
+    celery.task(name=PERFORM_STEP_TASK, **step_options)(perform_step)
     celery.task(name=DISPATCH_DUE_TASK, ignore_result=True)(dispatch_due_task)
     celery.task(name=HOUSEKEEPING_TASK, ignore_result=True)(housekeeping_task)
-    return celery
 
 
 def perform_step(step_execution_id: int) -> None:
@@ -125,10 +152,20 @@ def housekeeping_task() -> dict[str, int]:
 def _on_worker_init(**_: Any) -> None:
     # The main worker process: the solo and threads pools run steps here, and prefork children
     # inherit the imported workflow classes.
-    from geneva_drive import prometheus
+    from geneva_drive import db, prometheus
     from geneva_drive.bootstrap import import_workflow_modules
 
-    import_workflow_modules()
+    try:
+        import_workflow_modules()
+        if db._engine is None:
+            db.configure()  # refuses an unset GENEVA_DATABASE_URL
+    except (ConfigurationError, ImportError) as error:
+        # A worker that started anyway would take messages and pause every workflow it loads
+        # ("step not defined") or fail on a missing table. Celery's signal dispatch logs and
+        # swallows an Exception from a handler; SystemExit ends the worker, non-zero.
+        log.critical("GenevaDrive worker cannot start: %s", error)
+        print(f"GenevaDrive worker cannot start: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from error
     # Event metrics (inherited by prefork children) and GENEVA_WORKER_METRICS_PORT's server.
     prometheus.install()
     prometheus.start_worker_server()
@@ -141,8 +178,11 @@ def _on_worker_process_init(**_: Any) -> None:
 
     import_workflow_modules()
     if db._engine is not None:
+        # The engine configured before the fork (the host's Flask-SQLAlchemy engine, or the
+        # URL's) stays; only its pool is dropped, without closing the parent's connections.
         db._engine.dispose(close=False)
-    db.configure()
+    else:
+        db.configure()
 
 
 def _on_task_prerun(**_: Any) -> None:
@@ -236,9 +276,8 @@ class CeleryTransport:
 
     @property
     def celery(self) -> Celery:
-        if self._celery is None:
-            self._celery = app
-        return self._celery
+        # Not cached: register() may point the module at the host's app after this was made.
+        return self._celery if self._celery is not None else app
 
     def send(self, message: Message) -> None:
         options: dict[str, Any] = {"task_id": message.job_id}

@@ -32,9 +32,13 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine.url import make_url
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session, scoped_session, sessionmaker
 
-DEFAULT_DATABASE_URL = "sqlite:///var/geneva_drive.sqlite3"
+from geneva_drive.errors import ConfigurationError
+
+#: The embedded default's file (relative to the current directory). Only ``geneva-drive up`` and
+#: ``geneva-drive migrate`` use it by themselves; every other role must be told its database.
+EMBEDDED_DATABASE_PATH = Path("var") / "geneva_drive.sqlite3"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 DEFAULT_POOL_PING_AFTER = 0.5
 
@@ -44,7 +48,20 @@ SessionFactory: sessionmaker[Session] = sessionmaker(expire_on_commit=False)
 
 
 def database_url() -> str:
-    return os.environ.get("GENEVA_DATABASE_URL") or DEFAULT_DATABASE_URL
+    """``GENEVA_DATABASE_URL``; refused when unset, never a silent SQLite file.
+
+    A worker or web process that fell back to a fresh SQLite file would start, find no tables
+    (or another process's empty file) and fail on every step instead of at start.
+    """
+    url = os.environ.get("GENEVA_DATABASE_URL", "").strip()
+    if url:
+        return url
+    raise ConfigurationError(
+        "GENEVA_DATABASE_URL is not set. Set it to the workflow database, e.g. "
+        "GENEVA_DATABASE_URL=postgresql+psycopg://user@host/dbname, or run `geneva-drive up`, "
+        f"the embedded default, which keeps a SQLite file at ./{EMBEDDED_DATABASE_PATH}. "
+        "(With the Flask extension, GenevaDrive(app, db=db) uses the host's database instead.)"
+    )
 
 
 def make_engine(url: str, **kwargs: Any) -> Engine:
@@ -172,6 +189,14 @@ def begin_write(session: Session) -> None:
     dbapi_connection = connection.connection.dbapi_connection
     if dbapi_connection is not None and not dbapi_connection.in_transaction:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def plain_session(session: Session | scoped_session[Session]) -> Session:
+    """The ``Session`` behind a ``scoped_session`` (Flask-SQLAlchemy's ``db.session``), or
+    ``session`` itself: everything that takes a session accepts either."""
+    if isinstance(session, scoped_session):
+        return session()
+    return session
 
 
 # Current-session fallback: Workflow.create() and friends accept an explicit session, else the

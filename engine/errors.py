@@ -27,6 +27,10 @@ class EngineError(Exception):
     """Base class of every error the engine raises on purpose."""
 
 
+class ConfigurationError(EngineError):
+    """A setting is missing or wrong; the message names the setting and how to set it."""
+
+
 class InvalidStateError(EngineError):
     pass
 

@@ -49,6 +49,17 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+#: Every table the engine owns (its migration history creates exactly these).
+ENGINE_TABLE_NAMES = frozenset(
+    {
+        "geneva_drive_workflows",
+        "geneva_drive_step_executions",
+        "geneva_drive_signals",
+        "geneva_drive_operator_actions",
+    }
+)
+
+
 class UTCDateTime(TypeDecorator[datetime]):
     """A timezone-aware UTC datetime on every backend.
 

@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from sqlalchemy import Boolean, Index, Select, String, func, select, text
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Mapped, Session, mapped_column, object_session, relationship
+from sqlalchemy.orm import (
+    Mapped,
+    Session,
+    mapped_column,
+    object_session,
+    relationship,
+    scoped_session,
+)
 from sqlalchemy.orm.exc import UnmappedInstanceError
 
 from geneva_drive import db, persistence, scheduling
@@ -227,7 +234,7 @@ class Workflow(TimestampMixin, Base):
     def create(
         cls,
         hero: Any = None,
-        session: Session | None = None,
+        session: Session | scoped_session[Session] | None = None,
         allow_multiple: bool = False,
         step_job_options: dict[str, Any] | None = None,
     ) -> Any:
@@ -728,9 +735,9 @@ def _hero_identity_ready(session: Session, hero: Any) -> None:
         session.flush()
 
 
-def _resolve_session(session: Session | None, hero: Any) -> Session:
+def _resolve_session(session: Session | scoped_session[Session] | None, hero: Any) -> Session:
     if session is not None:
-        return session
+        return db.plain_session(session)
     if hero is not None:
         try:
             found = object_session(hero)

@@ -1,110 +1,110 @@
-import logging
-from logging.config import fileConfig
+"""Alembic environment of the engine's own schema history (see ``__init__.py``).
 
-from flask import current_app
+It needs no Flask: the connection comes from the caller (:func:`geneva_drive.migrations.upgrade`
+puts it in ``config.attributes``), else from Flask-Migrate's app when ``flask db`` runs it,
+else from ``GENEVA_DATABASE_URL`` through the engine's own wiring. Its version table is
+``geneva_drive_alembic_version``, and it only ever sees the engine's tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
 
 from alembic import context
+from sqlalchemy import Connection, inspect, text
 
-# this is the Alembic Config object, which provides
-# access to the values within the .ini file in use.
-config = context.config
+from geneva_drive import db
+from geneva_drive.migrations import VERSION_TABLE, only_engine_tables
+from geneva_drive.models import Base
 
-# Interpret the config file for Python logging.
-# This line sets up loggers basically.
-fileConfig(config.config_file_name)
-logger = logging.getLogger('alembic.env')
+#: The one revision 0.1.0 recorded in the shared ``alembic_version`` table.
+LEGACY_REVISIONS = ("0001",)
 
 
-def get_engine():
+def _flask_engine() -> Any:
     try:
-        # this works with Flask-SQLAlchemy<3 and Alchemical
-        return current_app.extensions['migrate'].db.engine
-    except (TypeError, AttributeError):
-        # this works with Flask-SQLAlchemy>=3
-        return current_app.extensions['migrate'].db.engine
+        from flask import current_app
+
+        return current_app.extensions["migrate"].db.engine
+    except (ImportError, RuntimeError, KeyError):
+        return None
 
 
-def get_engine_url():
-    try:
-        return get_engine().url.render_as_string(hide_password=False).replace(
-            '%', '%%')
-    except AttributeError:
-        return str(get_engine().url).replace('%', '%%')
-
-
-# add your model's MetaData object here
-# for 'autogenerate' support
-# from myapp import mymodel
-# target_metadata = mymodel.Base.metadata
-config.set_main_option('sqlalchemy.url', get_engine_url())
-target_db = current_app.extensions['migrate'].db
-
-# other values from the config, defined by the needs of env.py,
-# can be acquired:
-# my_important_option = config.get_main_option("my_important_option")
-# ... etc.
-
-
-def get_metadata():
-    if hasattr(target_db, 'metadatas'):
-        return target_db.metadatas[None]
-    return target_db.metadata
-
-
-def run_migrations_offline():
-    """Run migrations in 'offline' mode.
-
-    This configures the context with just a URL
-    and not an Engine, though an Engine is acceptable
-    here as well.  By skipping the Engine creation
-    we don't even need a DBAPI to be available.
-
-    Calls to context.execute() here emit the given string to the
-    script output.
-
-    """
-    url = config.get_main_option("sqlalchemy.url")
-    context.configure(
-        url=url, target_metadata=get_metadata(), literal_binds=True
+def _adopt_legacy_version(connection: Connection) -> None:
+    """0.1.0 kept its revision in ``alembic_version``: carry it over to our own table once."""
+    tables = set(inspect(connection).get_table_names())
+    if VERSION_TABLE in tables or "geneva_drive_workflows" not in tables:
+        return
+    if "alembic_version" not in tables:
+        return
+    rows = connection.execute(text("SELECT version_num FROM alembic_version")).scalars().all()
+    legacy = [row for row in rows if row in LEGACY_REVISIONS]
+    if not legacy:
+        return
+    # Alembic's own layout of a version table (what it would create on a first upgrade).
+    connection.execute(
+        text(
+            f"CREATE TABLE {VERSION_TABLE} (version_num VARCHAR(32) NOT NULL, "
+            f"CONSTRAINT {VERSION_TABLE}_pkc PRIMARY KEY (version_num))"
+        )
     )
-
-    with context.begin_transaction():
-        context.run_migrations()
-
-
-def run_migrations_online():
-    """Run migrations in 'online' mode.
-
-    In this scenario we need to create an Engine
-    and associate a connection with the context.
-
-    """
-
-    # this callback is used to prevent an auto-migration from being generated
-    # when there are no changes to the schema
-    # reference: http://alembic.zzzcomputing.com/en/latest/cookbook.html
-    def process_revision_directives(context, revision, directives):
-        if getattr(config.cmd_opts, 'autogenerate', False):
-            script = directives[0]
-            if script.upgrade_ops.is_empty():
-                directives[:] = []
-                logger.info('No changes in schema detected.')
-
-    conf_args = current_app.extensions['migrate'].configure_args
-    if conf_args.get("process_revision_directives") is None:
-        conf_args["process_revision_directives"] = process_revision_directives
-
-    connectable = get_engine()
-
-    with connectable.connect() as connection:
-        context.configure(
-            connection=connection,
-            target_metadata=get_metadata(),
-            **conf_args
+    connection.execute(
+        text(f"INSERT INTO {VERSION_TABLE} (version_num) VALUES (:v)"), {"v": legacy[0]}
+    )
+    if len(rows) == 1:
+        connection.execute(text("DROP TABLE alembic_version"))
+    else:
+        connection.execute(
+            text("DELETE FROM alembic_version WHERE version_num = :v"), {"v": legacy[0]}
         )
 
+
+def _configure(connection: Connection) -> None:
+    extra: dict[str, Any] = {}
+    flask_engine = _flask_engine()
+    if flask_engine is not None:
+        from flask import current_app
+
+        extra = dict(current_app.extensions["migrate"].configure_args)
+    # What this history is made of is not the caller's to change.
+    for fixed in ("include_object", "version_table", "target_metadata", "connection"):
+        extra.pop(fixed, None)
+    extra.setdefault("compare_type", True)
+    context.configure(
+        connection=connection,
+        target_metadata=Base.metadata,
+        version_table=VERSION_TABLE,
+        include_object=only_engine_tables,
+        **extra,
+    )
+
+
+def run_migrations_online() -> None:
+    connection = context.config.attributes.get("connection")
+    if connection is not None:
+        _adopt_legacy_version(connection)
+        _configure(connection)
         with context.begin_transaction():
             context.run_migrations()
+        return
+    engine = _flask_engine() or db.get_engine()
+    with engine.begin() as connection:
+        _adopt_legacy_version(connection)
+        _configure(connection)
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+def run_migrations_offline() -> None:
+    context.configure(
+        url=str(db.database_url()),
+        target_metadata=Base.metadata,
+        version_table=VERSION_TABLE,
+        include_object=only_engine_tables,
+        literal_binds=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
 
 
 if context.is_offline_mode():

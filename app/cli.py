@@ -16,14 +16,14 @@ Other commands, for running the roles separately:
 - ``geneva-drive housekeeping`` — one housekeeping run; prints the report as JSON.
 - ``geneva-drive migrate`` — upgrade the database schema and exit.
 
-The dashboard (``app``, Flask) is loaded only by ``up`` and ``migrate``, through importlib:
-the engine package itself never imports Flask.
+This module is the composition root: it wires the engine, the dashboard and the demo's example
+workflows together, so it lives beside the dashboard (the engine package never imports Flask or
+the dashboard; ``scripts/test`` checks that with import-linter).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import logging
 import os
@@ -35,9 +35,14 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from geneva_drive import db, transport
+from flask import Flask
+from werkzeug import serving
+
+from geneva_drive import db, housekeeping, migrations, transport
 from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
+from geneva_drive.dispatch import run_dispatcher
 from geneva_drive.embedded import DEFAULT_POLL_INTERVAL, EmbeddedWorker
+from geneva_drive.errors import ConfigurationError
 
 log = logging.getLogger(__name__)
 
@@ -54,11 +59,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     _setup_logging(args.log_level)
-    # Like ``celery -A`` and ``python -m``: the project's own workflow modules are importable.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     handler: Callable[[argparse.Namespace], int] = args.handler
-    return handler(args)
+    try:
+        return handler(args)
+    except (ConfigurationError, ImportError) as error:
+        # A misconfiguration stops the command at start, with the setting named.
+        print(f"geneva-drive {args.command}: {error}", file=sys.stderr)
+        return 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -117,6 +124,8 @@ def _setup_logging(level: str) -> None:
             logger.disabled = False
     if level.upper() != "DEBUG":
         logging.getLogger("werkzeug").setLevel(logging.WARNING)
+        # One line per plugin on every Alembic command: noise outside debugging.
+        logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)
 
 
 def _embedded_database_url() -> None:
@@ -126,7 +135,7 @@ def _embedded_database_url() -> None:
     instance folder, and the dashboard and the worker must open the same file.
     """
     if not os.environ.get("GENEVA_DATABASE_URL"):
-        path = Path.cwd() / "var" / "geneva_drive.sqlite3"
+        path = Path.cwd() / db.EMBEDDED_DATABASE_PATH
         path.parent.mkdir(parents=True, exist_ok=True)
         os.environ["GENEVA_DATABASE_URL"] = f"sqlite:///{path}"
 
@@ -141,9 +150,10 @@ def _load_modules(demo: bool) -> None:
 # --- the dashboard (Flask, loaded dynamically) -------------------------------------------------
 
 
-def _create_dashboard(demo: bool) -> Any:
-    app_module = importlib.import_module("geneva_drive.dashboard")
-    flask_app = app_module.create_app({"DEMO": True} if demo else None)
+def _create_dashboard(demo: bool) -> Flask:
+    from geneva_drive.dashboard import create_app
+
+    flask_app = create_app({"DEMO": True} if demo else None)
     with flask_app.app_context():
         sa_engine = flask_app.extensions["sqlalchemy"].engine
     if sa_engine.dialect.name == "sqlite":
@@ -155,18 +165,17 @@ def _create_dashboard(demo: bool) -> Any:
     return flask_app
 
 
-def _migrate(flask_app: Any, demo: bool, log_level: str) -> None:
-    flask_migrate = importlib.import_module("flask_migrate")
-    with flask_app.app_context():
-        flask_migrate.upgrade()
-    _setup_logging(log_level)
+def _migrate(demo: bool) -> None:
+    """Upgrade the engine's schema (its own Alembic history) and, for the demo, its heroes."""
+    engine = db.get_engine()
+    migrations.upgrade(engine)
     if demo:
+        from geneva_drive.examples.models import DEMO_TABLES
         from geneva_drive.models import Base
 
         # The demo heroes' tables are not part of the engine's migrations (examples/models.py).
-        demo_tables = importlib.import_module("geneva_drive.examples.models").DEMO_TABLES
-        Base.metadata.create_all(db.get_engine(), tables=demo_tables)
-    log.info("database ready: %s", db.get_engine().url.render_as_string(hide_password=True))
+        Base.metadata.create_all(engine, tables=DEMO_TABLES)
+    log.info("database ready: %s", engine.url.render_as_string(hide_password=True))
 
 
 class _Stopper:
@@ -199,18 +208,15 @@ def _thread(target: Callable[..., None], name: str, *args: Any, **kwargs: Any) -
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from geneva_drive.dispatch import run_dispatcher
-
     stopper = _Stopper()
     _embedded_database_url()
     _load_modules(args.demo)
     flask_app = _create_dashboard(args.demo)
-    _migrate(flask_app, args.demo, args.log_level)
+    _migrate(args.demo)
 
     worker = EmbeddedWorker(concurrency=args.concurrency, poll_interval=args.poll_interval)
     transport.set_transport(worker.transport)
 
-    serving = importlib.import_module("werkzeug.serving")
     server = serving.make_server(args.host, args.port, flask_app, threaded=True)
     web = _thread(server.serve_forever, "geneva-web")
     url = f"http://{args.host}:{server.server_port}"
@@ -219,7 +225,10 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     threads: list[threading.Thread] = []
     try:
-        seed: Any = importlib.import_module("geneva_drive.examples.seed") if args.demo else None
+        seed: Any = None
+        if args.demo:
+            # Imported only for the demo: importing it registers the example workflow classes.
+            from geneva_drive.examples import seed
         if seed is not None and not stopper.event.is_set():
             seed.seed(stop=stopper.event)
         if not stopper.event.is_set():
@@ -249,8 +258,6 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from geneva_drive.dispatch import run_dispatcher
-
     stopper = _Stopper()
     import_workflow_modules()
     db.configure()
@@ -278,8 +285,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_dispatcher(args: argparse.Namespace) -> int:
-    from geneva_drive.dispatch import run_dispatcher
-
     stopper = _Stopper()
     import_workflow_modules()
     db.configure()
@@ -289,18 +294,17 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
 
 
 def cmd_housekeeping(args: argparse.Namespace) -> int:
-    from geneva_drive.housekeeping import run
-
     import_workflow_modules()
     db.configure()
-    print(json.dumps(run().as_dict()), flush=True)
+    print(json.dumps(housekeeping.run().as_dict()), flush=True)
     return 0
 
 
 def cmd_migrate(args: argparse.Namespace) -> int:
     _embedded_database_url()
     _load_modules(args.demo)
-    _migrate(_create_dashboard(args.demo), args.demo, args.log_level)
+    db.configure()
+    _migrate(args.demo)
     return 0
 
 
