@@ -1,5 +1,5 @@
-"""``gunicorn wsgi:app``: the dashboard application."""
+"""``gunicorn wsgi:app`` from a checkout: the same app as ``geneva_drive.dashboard.wsgi:app``."""
 
-from geneva_drive.dashboard import create_app
+from geneva_drive.dashboard.wsgi import app
 
-app = create_app()
+__all__ = ["app"]

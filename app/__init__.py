@@ -1,14 +1,16 @@
-"""The Flask ops dashboard (app factory).
+"""The Flask ops dashboard.
 
-``create_app(config)`` builds the dashboard: configuration (defaults < ``GENEVA_*``
-environment < ``config``), Flask-SQLAlchemy bound to the engine's metadata, Flask-Migrate,
-htmx-flask, login and roles, CSRF, security headers, and the blueprints. To add a blueprint
-(``/metrics`` and friends), register it in :func:`register_blueprints`.
+Two ways to run it, one Blueprint (:mod:`geneva_drive.dashboard.blueprint`) behind both:
+
+- ``create_app(config)``: the standalone dashboard, its own Flask app (defaults < ``GENEVA_*``
+  environment < ``config``), with Flask-SQLAlchemy bound to the engine's metadata,
+  Flask-Migrate for ``flask db upgrade``, login and roles, CSRF and security headers.
+- :class:`GenevaDrive`: the Flask extension that mounts the dashboard in a host application and
+  reuses the host's database, login and Celery app.
 """
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -16,25 +18,23 @@ from typing import Any
 
 from flask import Flask
 
-import geneva_drive.db
-from geneva_drive.dashboard import auth, config, csrf, errors, formatting, security
-from geneva_drive.dashboard import htmx as htmx_helpers
-from geneva_drive.dashboard.extensions import db, htmx, migrate
+from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
+from geneva_drive.dashboard import blueprint, config, errors, metrics, security
+from geneva_drive.dashboard.extension import GenevaDrive, adopt_engine
+from geneva_drive.dashboard.extensions import htmx, migrate, own_db
+from geneva_drive.dashboard.state import KEY, DashboardState
 
-# Not resolve()d: in the strict editable install the package is a tree of links, and the
-# templates, static files and migrations sit beside this file there as they do in the wheel.
-HERE = Path(__file__).parent
-MIGRATIONS = HERE.parent / "migrations"
+#: Not resolve()d: in the strict editable install the package is a tree of links, and the
+#: migrations sit beside this package there as they do in the wheel.
+MIGRATIONS = Path(__file__).parent.parent / "migrations"
 log = logging.getLogger(__name__)
+
+__all__ = ["GenevaDrive", "create_app"]
 
 
 def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
-    """Build the dashboard. ``{"DEMO": True}`` opens it to loopback clients as operator."""
-    app = Flask(
-        __name__,
-        template_folder=str(HERE / "templates"),
-        static_folder=str(HERE / "static"),
-    )
+    """Build the standalone dashboard. ``{"DEMO": True}`` opens it to loopback clients as operator."""
+    app = Flask(__name__, static_folder=None, template_folder=None)
     # Ids in URLs are BIGINTs: a larger number is a 404, not an overflow in the database driver.
     app.url_map.converters["int"] = security.BoundedIntConverter
     config.load(app, config_overrides)
@@ -42,58 +42,24 @@ def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
         app.config.get("DEMO") or app.testing
     ):
         log.warning("GENEVA_SECRET_KEY is not set: sessions are signed with a public dev key")
-    _import_workflow_modules(app.config.get("WORKFLOW_MODULES"))
+    import_workflow_modules(workflow_module_names(app.config.get("WORKFLOW_MODULES")))
 
-    db.init_app(app)
-    migrate.init_app(app, db, directory=str(MIGRATIONS))
+    # Every key of the standalone app's config is the dashboard's: it reads app.config itself.
+    app.extensions[KEY] = DashboardState(config=app.config, db=own_db)
+    own_db.init_app(app)
+    migrate.init_app(app, own_db, directory=str(MIGRATIONS))
     htmx.init_app(app)
     with app.app_context():
-        sa_engine = db.engine
-        if sa_engine.dialect.name == "sqlite":
-            # WAL and busy_timeout, as the engine's own connections get: operator actions take
-            # the write lock (BEGIN IMMEDIATE) and must wait for a worker's commit, not fail.
-            geneva_drive.db.install_sqlite_pragmas(sa_engine)
-            sa_engine.dispose()
-        elif "pool_pre_ping" not in app.config.get("SQLALCHEMY_ENGINE_OPTIONS", {}):
-            # The engine's liveness check (engine/db.py): a connection that sat idle is tested
-            # before a request (or a step of `geneva-drive up`'s worker) uses it.
-            geneva_drive.db.install_idle_ping(sa_engine, geneva_drive.db.pool_ping_after())
-        # The engine's own session factory uses the same database as Flask-SQLAlchemy.
-        geneva_drive.db.configure(engine=sa_engine)
+        adopt_engine(own_db.engine, app.config)
 
-    # Order matters: CSRF refuses forged requests before auth looks at who sent them.
-    csrf.init_app(app)
-    auth.init_app(app)
     security.init_app(app)
-    htmx_helpers.init_app(app)
-    errors.init_app(app)
-    formatting.init_app(app)
-    register_blueprints(app)
+    errors.register(app)  # a URL that matches no route is the app's, not the Blueprint's
+    metrics.init_app(app)
+    app.register_blueprint(blueprint.bp)
 
     @app.get("/healthz")
     def healthz() -> dict[str, Any]:
-        db.session.execute(db.text("SELECT 1"))
+        own_db.session.execute(own_db.text("SELECT 1"))
         return {"status": "ok", "database": "ok"}
 
     return app
-
-
-def register_blueprints(app: Flask) -> None:
-    """Every blueprint of the dashboard (``auth`` registers itself in ``auth.init_app``)."""
-    from geneva_drive.dashboard import metrics
-    from geneva_drive.dashboard.dashboard import bp as dashboard_bp
-    from geneva_drive.dashboard.workflows import bp as workflows_bp
-
-    app.register_blueprint(dashboard_bp)
-    app.register_blueprint(workflows_bp)
-    metrics.init_app(app)  # GET /metrics (Prometheus); also installs the event metrics
-
-
-def _import_workflow_modules(value: Any) -> None:
-    """``GENEVA_WORKFLOW_MODULES=pkg.mod,…``: import them so their classes are registered."""
-    if not value:
-        return
-    names = value.split(",") if isinstance(value, str) else list(value)
-    for name in names:
-        if name.strip():
-            importlib.import_module(name.strip())

@@ -38,16 +38,12 @@ from urllib.parse import urlsplit
 
 from flask import (
     Blueprint,
-    Flask,
     Response,
     abort,
-    current_app,
     g,
     redirect,
-    render_template,
     request,
     session,
-    url_for,
 )
 from werkzeug.security import check_password_hash
 
@@ -55,11 +51,17 @@ from geneva_drive.dashboard import csrf
 from geneva_drive.dashboard.ratelimit import (
     DEFAULT_MAX_FAILURES,
     DEFAULT_WINDOW_SECONDS,
-    FailureLimiter,
 )
+from geneva_drive.dashboard.rendering import render_template
+from geneva_drive.dashboard.state import dashboard_config, state
+from geneva_drive.dashboard.urls import current_endpoint, url_for
 
 ROLES = ("viewer", "operator")
 DEMO_USER = "demo"
+#: The signed-in user's name in the session. Namespaced like every key the dashboard keeps
+#: there: mounted in a host app, the session (and its cookie) is the host's.
+USER_KEY = "geneva_drive.user"
+SESSION_PREFIX = "geneva_drive."
 
 bp = Blueprint("auth", __name__)
 
@@ -105,38 +107,54 @@ def _is_loopback(address: str | None) -> bool:
 
 
 def _configured_user(name: str) -> DashboardUser | None:
-    entry = current_app.config.get("USERS", {}).get(name)
+    entry = dashboard_config().get("USERS", {}).get(name)
     if not isinstance(entry, dict):
         return None
     return DashboardUser(name, str(entry.get("role", "viewer")))
 
 
 def _load_user() -> DashboardUser | None:
-    loader = _resolve_loader(current_app.config.get("USER_LOADER"))
+    loader = _resolve_loader(dashboard_config().get("USER_LOADER")) or state().user_loader
     if loader is not None:
         return loader(request)
-    name = session.get("user")
+    name = session.get(USER_KEY)
     if name:
         return _configured_user(str(name))
-    if current_app.config.get("DEMO") and _is_loopback(request.remote_addr):
+    if dashboard_config().get("DEMO") and _is_loopback(request.remote_addr):
         return DashboardUser(DEMO_USER, "operator")
     return None
 
 
 def _is_public(path: str) -> bool:
+    """``path`` (relative to where the dashboard is mounted) is served without a login."""
     return any(
         path == prefix or (prefix.endswith("/") and path.startswith(prefix))
-        for prefix in current_app.config["PUBLIC_PATHS"]
+        for prefix in dashboard_config()["PUBLIC_PATHS"]
     )
+
+
+def _dashboard_path() -> str:
+    prefix = state().url_prefix
+    return request.path[len(prefix) :] or "/" if prefix else request.path
+
+
+def clear_session() -> None:
+    """Forget the dashboard's keys, and only those: a host's own session keys stay."""
+    for key in [key for key in session if str(key).startswith(SESSION_PREFIX)]:
+        session.pop(key)
 
 
 def authorize() -> Response | None:
     """Before every request: find the user, send strangers to the login, keep viewers read-only."""
     g.user = _load_user()
-    if _is_public(request.path) or request.endpoint == "auth.logout":
+    if _is_public(_dashboard_path()) or current_endpoint() == "auth.logout":
         return None
     if g.user is None:
-        target = url_for("auth.login", next=request.full_path.rstrip("?"))
+        next_url = request.full_path.rstrip("?")
+        host_login = state().login_url
+        target = (host_login(next_url) if host_login else None) or url_for(
+            "auth.login", next=next_url
+        )
         if getattr(request, "htmx", False):
             # A redirect would be followed by XHR and swapped into the page; tell htmx instead.
             return Response(status=401, headers={"HX-Redirect": target})
@@ -163,20 +181,20 @@ def login() -> Any:
         name = request.form.get("username", "").strip()
         password = request.form.get("password", "")
         keys = [f"addr:{request.remote_addr}", f"user:{name.lower()}"]
-        limiter: FailureLimiter = current_app.extensions["geneva_drive.login_limiter"]
-        limit = int(current_app.config.get("LOGIN_MAX_FAILURES", DEFAULT_MAX_FAILURES))
-        window = float(current_app.config.get("LOGIN_WINDOW_SECONDS", DEFAULT_WINDOW_SECONDS))
+        limiter = state().login_limiter
+        limit = int(dashboard_config().get("LOGIN_MAX_FAILURES", DEFAULT_MAX_FAILURES))
+        window = float(dashboard_config().get("LOGIN_WINDOW_SECONDS", DEFAULT_WINDOW_SECONDS))
         wait = limiter.retry_after(keys, limit, window)
         if wait:
             message = f"Too many failed logins. Try again in {wait} seconds."
             page = render_template("auth/login.html", error=message, next="", demo=_demo_open())
             return page, 429, {"Retry-After": str(wait)}
-        entry = current_app.config.get("USERS", {}).get(name)
+        entry = dashboard_config().get("USERS", {}).get(name)
         hashed = entry.get("password_hash") if isinstance(entry, dict) else None
         if hashed and check_password_hash(str(hashed), password):
             limiter.clear(keys)
-            session.clear()  # a fresh session on login: no fixation of a pre-login cookie
-            session["user"] = name
+            clear_session()  # a fresh session on login: no fixation of a pre-login cookie
+            session[USER_KEY] = name
             csrf.csrf_token()
             return redirect(_safe_next(request.args.get("next")))
         limiter.fail(keys)
@@ -191,23 +209,13 @@ def login() -> Any:
 
 
 def _demo_open() -> bool:
-    return bool(current_app.config.get("DEMO")) and _is_loopback(request.remote_addr)
+    return bool(dashboard_config().get("DEMO")) and _is_loopback(request.remote_addr)
 
 
 @bp.route("/logout", methods=["GET", "POST"])
 def logout() -> Any:
     if request.method == "POST":
-        session.clear()
+        clear_session()
         return redirect(url_for("auth.login"))
     # State never changes on GET: show a button that POSTs.
     return render_template("auth/logout.html")
-
-
-def init_app(app: Flask) -> None:
-    app.extensions["geneva_drive.login_limiter"] = FailureLimiter()
-    app.before_request(authorize)
-    app.register_blueprint(bp)
-
-    @app.context_processor
-    def _user_context() -> dict[str, Any]:
-        return {"current_user": current_user()}

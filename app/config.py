@@ -54,7 +54,42 @@ DEFAULTS: dict[str, Any] = {
     "SESSION_COOKIE_SAMESITE": "Lax",
     "SESSION_COOKIE_SECURE": False,
     "SQLALCHEMY_TRACK_MODIFICATIONS": False,
+    #: Where ``GenevaDrive(app, db=db)`` mounts the dashboard in a host app (``url_prefix=``
+    #: wins). The standalone app serves it at the root.
+    "URL_PREFIX": "/geneva",
 }
+
+#: Keys that belong to Flask (and its extensions), not to the dashboard: a host app keeps its
+#: own values for these; only the standalone app takes ours.
+FLASK_KEYS = frozenset(
+    {
+        "SECRET_KEY",
+        "MAX_CONTENT_LENGTH",
+        "SESSION_COOKIE_HTTPONLY",
+        "SESSION_COOKIE_SAMESITE",
+        "SESSION_COOKIE_SECURE",
+        "SQLALCHEMY_TRACK_MODIFICATIONS",
+    }
+)
+
+
+def for_host(app: Flask, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The dashboard's settings inside a host app: defaults, then ``GENEVA_*`` environment
+    variables, then the host's ``app.config["GENEVA_*"]``, then ``overrides`` (later wins).
+
+    Prefixed in the host's config so they never collide with the host's own keys; parsed from
+    the environment as :func:`load` does (JSON when it is valid JSON).
+    """
+    scratch = Flask(__name__)  # from_prefixed_env's parsing, without touching the host's config
+    scratch.config.clear()
+    scratch.config.from_prefixed_env("GENEVA")
+    from_host = {k[len("GENEVA_") :]: v for k, v in app.config.items() if k.startswith("GENEVA_")}
+    settings: dict[str, Any] = {k: v for k, v in DEFAULTS.items() if k not in FLASK_KEYS}
+    for source in (scratch.config, from_host):
+        settings.update({k: v for k, v in source.items() if k not in FLASK_KEYS})
+    if overrides:
+        settings.update(overrides)
+    return settings
 
 
 def load(app: Flask, overrides: Mapping[str, Any] | None) -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import hmac
 import secrets
 
-from flask import Flask, abort, request, session
+from flask import abort, request, session
 
-SESSION_KEY = "_csrf"
+#: Namespaced: mounted in a host app, the dashboard shares the host's session.
+SESSION_KEY = "geneva_drive.csrf"
 HEADER = "X-CSRF-Token"
 FIELD = "csrf_token"
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -41,8 +42,3 @@ def check() -> None:
     expected = session.get(SESSION_KEY)
     if not expected or not hmac.compare_digest(str(sent), str(expected)):
         abort(403, description="The CSRF token is invalid. Reload the page and try again.")
-
-
-def init_app(app: Flask) -> None:
-    app.before_request(check)
-    app.jinja_env.globals["csrf_token"] = csrf_token

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Flask, render_template
+from flask import Blueprint, Flask
 from werkzeug.exceptions import HTTPException
 
 from geneva_drive.dashboard.extensions import db
 from geneva_drive.dashboard.htmx import is_htmx
+from geneva_drive.dashboard.rendering import render_template
 from geneva_drive.errors import (
     CursorTooLargeError,
     DuplicateWorkflowError,
@@ -61,19 +62,22 @@ def _render_error(status: int, title: str, message: str) -> Any:
     return render_template("error.html", status=status, title=title, message=message), status
 
 
-def init_app(app: Flask) -> None:
-    @app.errorhandler(HTTPException)
+def register(target: Flask | Blueprint) -> None:
+    """The dashboard's error pages: on its Blueprint, and on the standalone app (for a URL that
+    matches no route, which no blueprint sees)."""
+
+    @target.errorhandler(HTTPException)
     def _http_error(error: HTTPException) -> Any:
         return _render_error(
             error.code or 500, error.name, error.description or "Something went wrong."
         )
 
-    @app.errorhandler(UnicodeDecodeError)
+    @target.errorhandler(UnicodeDecodeError)
     def _undecodable(error: UnicodeDecodeError) -> Any:
         # Raw non-UTF-8 bytes in the query string or form (werkzeug decodes them strictly).
         return _render_error(400, "Bad Request", "The request is not valid UTF-8.")
 
-    @app.errorhandler(EngineError)
+    @target.errorhandler(EngineError)
     def _engine_error(error: EngineError) -> Any:
         # Views route actions through app.operator, which catches refusals itself; this is
         # the safety net for a refusal raised anywhere else.

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from flask import Flask, Response, make_response, render_template, request
+from flask import Response, make_response, request
+
+from geneva_drive.dashboard.rendering import render_template
 
 #: htmx stops polling an element whose request is answered with this status.
 STOP_POLLING = 286
@@ -38,8 +40,6 @@ def with_trigger(response: Response, event: str, detail: Any) -> Response:
     return response
 
 
-def init_app(app: Flask) -> None:
-    @app.after_request
-    def _vary_on_hx_request(response: Response) -> Response:
-        response.vary.add("HX-Request")
-        return response
+def vary_on_hx_request(response: Response) -> Response:
+    response.vary.add("HX-Request")
+    return response

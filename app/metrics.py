@@ -21,6 +21,7 @@ from prometheus_client.exposition import choose_encoder
 
 from geneva_drive import metrics as engine_metrics
 from geneva_drive import prometheus
+from geneva_drive.dashboard.state import dashboard_config, state
 
 bp = Blueprint("metrics", __name__)
 
@@ -28,23 +29,22 @@ _REGISTRY_KEY = "geneva_drive.metrics_registry"
 
 
 def init_app(app: Flask) -> None:
-    """Install the event metrics and serve ``/metrics`` on ``app``.
+    """Install the event metrics and the registry ``/metrics`` serves for ``app``.
 
     ``METRICS_CACHE_SECONDS`` (``GENEVA_METRICS_CACHE_SECONDS``, default 5) sets how long the
     database gauges are served from memory before one refresh.
     """
     prometheus.install()
-    cache_seconds = app.config.get("METRICS_CACHE_SECONDS")
+    cache_seconds = state(app).config.get("METRICS_CACHE_SECONDS")
     if cache_seconds is not None:
         engine_metrics.configure_cache(max_age=float(cache_seconds))
     app.extensions[_REGISTRY_KEY] = prometheus.exposition_registry(database=True)
-    app.register_blueprint(bp)
 
 
 def _configured_token() -> str | None:
     # from_prefixed_env parses GENEVA_METRICS_TOKEN as JSON ("123" becomes 123): prefer the raw
     # environment value when it is the one in the config.
-    value = current_app.config.get("METRICS_TOKEN")
+    value = dashboard_config().get("METRICS_TOKEN")
     raw = os.environ.get("GENEVA_METRICS_TOKEN")
     if value is not None and not isinstance(value, str) and raw is not None:
         value = raw

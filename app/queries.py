@@ -22,6 +22,7 @@ from sqlalchemy import Select, and_, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
 from geneva_drive.config import settings
+from geneva_drive.dashboard.state import dashboard_config
 from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
 from geneva_drive.states import ONGOING_WORKFLOW_STATES, StepState, WorkflowState
 from geneva_drive.workflow import Workflow, registered_workflows, workflow_class
@@ -238,7 +239,7 @@ def _id(row: Any) -> int:
 def workflow_page(
     session: Session, filters: WorkflowFilters, after: Any = None, before: Any = None
 ) -> Page:
-    limit = int(current_app.config["PAGE_SIZE"])
+    limit = int(dashboard_config()["PAGE_SIZE"])
     return keyset_page(
         session, filtered_workflows(filters), Workflow.id, after=after, before=before, limit=limit
     )
@@ -269,7 +270,7 @@ def capped_ids(session: Session, filters: WorkflowFilters, cap: int) -> list[int
 
 def cached(key: str, compute: Callable[[], T]) -> T:
     """Per-app cache of a grouped count for ``COUNTS_CACHE_SECONDS`` (0 disables)."""
-    ttl = float(current_app.config.get("COUNTS_CACHE_SECONDS", 0))
+    ttl = float(dashboard_config().get("COUNTS_CACHE_SECONDS", 0))
     store: dict[str, tuple[float, Any]] = current_app.extensions.setdefault("geneva_counts", {})
     hit = store.get(key)
     now = time.monotonic()
@@ -312,7 +313,7 @@ def overview(session: Session) -> Overview:
     from geneva_drive import metrics
 
     now = utcnow()
-    ttl = float(current_app.config.get("COUNTS_CACHE_SECONDS", 0))
+    ttl = float(dashboard_config().get("COUNTS_CACHE_SECONDS", 0))
     snapshot = metrics.get_snapshot(session, max_age=ttl)
 
     def compute() -> Overview:
@@ -638,5 +639,5 @@ def audit_page(session: Session, filters: AuditFilters, after: Any, before: Any)
     workflow_id = parse_id(filters.workflow)
     if workflow_id is not None:
         stmt = stmt.where(OperatorAction.workflow_id == workflow_id)
-    limit = int(current_app.config["PAGE_SIZE"])
+    limit = int(dashboard_config()["PAGE_SIZE"])
     return keyset_page(session, stmt, OperatorAction.id, after=after, before=before, limit=limit)

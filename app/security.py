@@ -46,18 +46,20 @@ class SessionInterface(SecureCookieSessionInterface):
         return bool(app.config["SESSION_COOKIE_SECURE"]) or bool(request and request.is_secure)
 
 
-def init_app(app: Flask) -> None:
-    app.session_interface = SessionInterface()
-    app.before_request(refuse_nul)
+def add_headers(response: Response) -> Response:
+    """The dashboard's security headers (on its own responses; a host's pages keep theirs)."""
+    headers = response.headers
+    headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
+    headers.setdefault("X-Content-Type-Options", "nosniff")
+    headers.setdefault("X-Frame-Options", "DENY")
+    headers.setdefault("Referrer-Policy", "same-origin")
+    return response
 
-    @app.after_request
-    def _security_headers(response: Response) -> Response:
-        headers = response.headers
-        headers.setdefault("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-        headers.setdefault("X-Content-Type-Options", "nosniff")
-        headers.setdefault("X-Frame-Options", "DENY")
-        headers.setdefault("Referrer-Policy", "same-origin")
-        return response
+
+def init_app(app: Flask) -> None:
+    """The standalone app's own session cookie (a host keeps its session interface)."""
+    app.session_interface = SessionInterface()
+    app.after_request(add_headers)
 
 
 class BoundedIntConverter(IntegerConverter):

@@ -13,16 +13,19 @@ import importlib
 import logging
 import os
 import sys
+from collections.abc import Sequence
 
 log = logging.getLogger(__name__)
 
 _imported: set[str] = set()
 
 
-def workflow_module_names(raw: str | None = None) -> list[str]:
-    """The module names in ``GENEVA_WORKFLOW_MODULES`` (comma or whitespace separated)."""
+def workflow_module_names(raw: str | Sequence[str] | None = None) -> list[str]:
+    """The module names in ``raw`` (a list, or a string separated by commas or whitespace), or
+    in ``GENEVA_WORKFLOW_MODULES`` when ``raw`` is None. The one parser of that setting."""
     value = os.environ.get("GENEVA_WORKFLOW_MODULES", "") if raw is None else raw
-    return [part for part in value.replace(",", " ").split() if part]
+    parts = value.replace(",", " ").split() if isinstance(value, str) else list(value)
+    return [part.strip() for part in parts if part.strip()]
 
 
 def ensure_cwd_importable() -> None:

@@ -58,7 +58,8 @@ def default_queue() -> str:
 
 def make_celery(url: str | None = None) -> Celery:
     """A configured Celery app with the GenevaDrive tasks and beat schedule registered."""
-    celery = Celery("geneva_drive", broker=url or broker_url())
+    # Not the process's "current" Celery app: a host's shared_task must not bind to this one.
+    celery = Celery("geneva_drive", broker=url or broker_url(), set_as_current=False)
     celery.conf.update(
         task_ignore_result=True,
         task_acks_late=True,

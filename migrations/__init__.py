@@ -16,9 +16,13 @@ engine's tables to this history instead of proposing to drop them.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import alembic.context
+import alembic.op
 from alembic import command
 from alembic.config import Config
 from alembic.migration import MigrationContext
@@ -68,12 +72,34 @@ def alembic_config(connection: Connection | None = None) -> Config:
 
 
 def upgrade(bind: Engine | Connection, revision: str = "head") -> None:
-    """Upgrade the engine's tables on ``bind`` (an engine, or a connection in a transaction)."""
-    if isinstance(bind, Engine):
-        with bind.begin() as connection:
-            command.upgrade(alembic_config(connection), revision)
-        return
-    command.upgrade(alembic_config(bind), revision)
+    """Upgrade the engine's tables on ``bind`` (an engine, or a connection in a transaction).
+
+    May be called from inside a host's own Alembic revision (``upgrade(op.get_bind())``): the
+    engine's DDL then runs in the host's migration transaction.
+    """
+    with _nested_alembic_proxies():
+        if isinstance(bind, Engine):
+            with bind.begin() as connection:
+                command.upgrade(alembic_config(connection), revision)
+            return
+        command.upgrade(alembic_config(bind), revision)
+
+
+@contextmanager
+def _nested_alembic_proxies() -> Iterator[None]:
+    """Alembic's ``context`` and ``op`` are module-level proxies that a run installs and then
+    deletes; a run nested in a host's migration would leave the host's run without them. Put
+    back whatever the outer run had."""
+    modules = (alembic.context, alembic.op)
+    before = [dict(vars(module)) for module in modules]
+    try:
+        yield
+    finally:
+        for module, snapshot in zip(modules, before, strict=True):
+            namespace = vars(module)
+            for name, value in snapshot.items():
+                if namespace.get(name) is not value:
+                    namespace[name] = value
 
 
 def current(bind: Engine | Connection) -> str | None:

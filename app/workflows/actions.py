@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import abort, current_app, flash, redirect, request, url_for
+from flask import abort, flash, redirect, request
 
 from geneva_drive.dashboard import operator_actions, presenters, queries
 from geneva_drive.dashboard.auth import current_user
 from geneva_drive.dashboard.extensions import db, session
 from geneva_drive.dashboard.htmx import STOP_POLLING, is_htmx, render, with_trigger
+from geneva_drive.dashboard.state import dashboard_config
+from geneva_drive.dashboard.urls import url_for
 from geneva_drive.dashboard.workflows import bp
 from geneva_drive.dashboard.workflows.views import list_context, load_workflow, render_detail
 from geneva_drive.models import OperatorAction
@@ -90,7 +92,7 @@ def _selection(source: Any) -> tuple[queries.WorkflowFilters, list[int], str, bo
     """The filters, the ids (at most cap + 1), an error, and whether it runs in the background
     (all matching the filter, over the cap)."""
     filters = queries.WorkflowFilters.from_args(source)
-    cap = int(current_app.config["BULK_CAP"])
+    cap = int(dashboard_config()["BULK_CAP"])
     scope = source.get("scope", "selected")
     error = ""
     if scope == "all":
@@ -135,7 +137,7 @@ def _bulk_context(source: Any) -> dict[str, Any]:
         "error": error,
         "background": background,
         "status": 400 if error else 200,
-        "cap": current_app.config["BULK_CAP"],
+        "cap": dashboard_config()["BULK_CAP"],
     }
 
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import abort, current_app, request
+from flask import abort, request
 
 from geneva_drive.dashboard import presenters, queries
 from geneva_drive.dashboard.auth import current_user
 from geneva_drive.dashboard.extensions import db, session
 from geneva_drive.dashboard.htmx import STOP_POLLING, is_htmx, render
+from geneva_drive.dashboard.state import dashboard_config
 from geneva_drive.dashboard.workflows import bp
 from geneva_drive.states import WorkflowState
 from geneva_drive.workflow import Workflow, workflow_class
@@ -31,7 +32,7 @@ def list_context(filters: queries.WorkflowFilters) -> dict[str, Any]:
         "due_filters": queries.DUE_FILTERS,
         "bulk_actions": presenters.BULK_ACTIONS if user is not None and user.can_act else {},
         "bulk_steps": [s.name for s in cls.steps.runnable] if cls is not None else [],
-        "bulk_cap": current_app.config["BULK_CAP"],
+        "bulk_cap": dashboard_config()["BULK_CAP"],
     }
 
 

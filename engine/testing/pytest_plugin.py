@@ -5,19 +5,32 @@ test may map its own hero models on ``Base``): a new SQLite file in WAL mode by 
 fresh PostgreSQL schema when ``GENEVA_TEST_DATABASE_URL`` points at PostgreSQL. The engine's
 own session factory, executor, dispatcher and housekeeping are pointed at it, and messages
 that would go to Celery are recorded (``geneva_transport``) instead of sent.
+
+A host application's own tables come along when its conftest overrides ``geneva_metadata``::
+
+    @pytest.fixture
+    def geneva_metadata():
+        return [db.metadata]          # the host's Flask-SQLAlchemy metadata
+
+    @pytest.fixture
+    def app(geneva_database):
+        return create_app({"TESTING": True, **geneva_database.flask_config()})
+
+``flask_config()`` points a Flask-SQLAlchemy app at the test database (on PostgreSQL, at the
+test's schema), so a test can drive the host's webhook route and the workflow it wakes.
 """
 
 from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, MetaData, text
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.orm import Session
 
@@ -32,6 +45,16 @@ class TestDatabase:
     url: str
     schema: str | None
 
+    def flask_config(self) -> dict[str, Any]:
+        """``SQLALCHEMY_DATABASE_URI`` (and engine options) for a Flask-SQLAlchemy app that
+        should use this database."""
+        config: dict[str, Any] = {"SQLALCHEMY_DATABASE_URI": self.url}
+        if self.schema is not None:
+            config["SQLALCHEMY_ENGINE_OPTIONS"] = {
+                "connect_args": {"options": f"-csearch_path={self.schema}"}
+            }
+        return config
+
     def dispose(self) -> None:
         self.engine.dispose()
         if self.schema is not None:
@@ -41,8 +64,9 @@ class TestDatabase:
             admin.dispose()
 
 
-def create_test_database(directory: Path) -> TestDatabase:
-    """An empty database with the engine's tables, per GENEVA_TEST_DATABASE_URL."""
+def create_test_database(directory: Path, metadata: Sequence[MetaData] = ()) -> TestDatabase:
+    """An empty database with the engine's tables (and ``metadata``'s), per
+    GENEVA_TEST_DATABASE_URL."""
     url = os.environ.get("GENEVA_TEST_DATABASE_URL")
     if url and make_url(url).get_backend_name() == "postgresql":
         schema = f"gd_{uuid.uuid4().hex[:12]}"
@@ -53,18 +77,31 @@ def create_test_database(directory: Path) -> TestDatabase:
         engine = db.make_engine(
             url, connect_args={"options": f"-csearch_path={schema}"}, pool_size=10, max_overflow=20
         )
-        Base.metadata.create_all(engine)
+        _create_all(engine, metadata)
         return TestDatabase(engine, url, schema)
     path = directory / "geneva.sqlite3"
     sqlite_url = f"sqlite:///{path}"
     engine = db.make_engine(sqlite_url)
-    Base.metadata.create_all(engine)
+    _create_all(engine, metadata)
     return TestDatabase(engine, sqlite_url, None)
 
 
+def _create_all(engine: Engine, metadata: Sequence[MetaData]) -> None:
+    Base.metadata.create_all(engine)
+    for extra in metadata:
+        if extra is not Base.metadata:
+            extra.create_all(engine)
+
+
 @pytest.fixture
-def geneva_database(tmp_path: Path) -> Iterator[TestDatabase]:
-    database = create_test_database(tmp_path)
+def geneva_metadata() -> list[MetaData]:
+    """Extra metadata whose tables each test database gets (override in a host's conftest)."""
+    return []
+
+
+@pytest.fixture
+def geneva_database(tmp_path: Path, geneva_metadata: list[MetaData]) -> Iterator[TestDatabase]:
+    database = create_test_database(tmp_path, geneva_metadata)
     previous = db._engine
     db.configure(engine=database.engine)
     try:

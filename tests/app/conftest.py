@@ -97,8 +97,8 @@ def app(app_factory):  # type: ignore[no-untyped-def]
 
 def login(client: Any, name: str) -> Any:
     with client.session_transaction() as session:
-        session["user"] = name
-        session["_csrf"] = CSRF
+        session["geneva_drive.user"] = name
+        session["geneva_drive.csrf"] = CSRF
     return client
 
 

@@ -30,7 +30,7 @@ def test_healthz_and_login_are_public(app):
 def _login_form(client, username: str, password: str, next_url: str = ""):
     client.get("/login")  # creates the session's CSRF token
     with client.session_transaction() as session:
-        token = session["_csrf"]
+        token = session["geneva_drive.csrf"]
     url = f"/login?next={next_url}" if next_url else "/login"
     return client.post(url, data={"username": username, "password": password, "csrf_token": token})
 
@@ -138,7 +138,7 @@ def test_demo_mode_opens_loopback_as_operator_demo(app_factory, make_workflow):
     assert "demo" in page.get_data(as_text=True)
     wf = make_workflow()
     with client.session_transaction() as session:
-        session["_csrf"] = CSRF
+        session["geneva_drive.csrf"] = CSRF
     assert post(client, f"/workflows/{wf.id}/pause").status_code == 302
 
 
@@ -162,7 +162,7 @@ def test_host_application_login_hook(app_factory, make_workflow):
     assert page.status_code == 200 and "hana" in page.get_data(as_text=True)
     wf = make_workflow()
     with client.session_transaction() as session:
-        session["_csrf"] = CSRF
+        session["geneva_drive.csrf"] = CSRF
     forbidden = client.post(
         f"/workflows/{wf.id}/pause", headers={"X-Host-User": "hana", "X-CSRF-Token": CSRF}
     )

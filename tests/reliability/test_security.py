@@ -103,7 +103,7 @@ def test_every_post_route_requires_a_csrf_token(app, geneva_session, wf_ids):
 def test_csrf_token_of_another_session_is_refused(app, wf_ids):
     mallory = login(app.test_client(), "olga")
     with mallory.session_transaction() as session:
-        session["_csrf"] = "mallorys-own-token"
+        session["geneva_drive.csrf"] = "mallorys-own-token"
     victim = login(app.test_client(), "olga")
     response = victim.post(
         f"/workflows/{wf_ids['paused']}/cancel", headers={"X-CSRF-Token": "mallorys-own-token"}
@@ -131,7 +131,7 @@ def test_viewers_cannot_act_on_any_route(app, geneva_session, wf_ids):
     viewer = login(app.test_client(), "vic")
     before = engine_rows(geneva_session)
     for rule in post_rules(app):
-        if rule.endpoint in ("auth.login", "auth.logout"):
+        if rule.endpoint.removeprefix("geneva_drive.") in ("auth.login", "auth.logout"):
             continue
         for workflow_id in wf_ids.values():
             response = viewer.post(
@@ -146,10 +146,10 @@ def test_viewers_cannot_act_on_any_route(app, geneva_session, wf_ids):
 def test_anonymous_cannot_act_or_read(app, geneva_session, wf_ids):
     client = app.test_client()
     with client.session_transaction() as session:
-        session["_csrf"] = CSRF
+        session["geneva_drive.csrf"] = CSRF
     before = engine_rows(geneva_session)
     for rule in post_rules(app):
-        if rule.endpoint in ("auth.login", "auth.logout"):
+        if rule.endpoint.removeprefix("geneva_drive.") in ("auth.login", "auth.logout"):
             continue
         response = client.post(
             url_for_rule(rule, wf_ids["paused"]), data=FORM, headers={"X-CSRF-Token": CSRF}
@@ -175,7 +175,7 @@ def test_forged_session_cookie_is_ignored(build, wf_ids):
 
 def _login(client, name: str, password: str, addr: str = "203.0.113.5"):
     with client.session_transaction() as session:
-        session["_csrf"] = CSRF
+        session["geneva_drive.csrf"] = CSRF
     return client.post(
         "/login",
         data={"username": name, "password": password, "csrf_token": CSRF},
@@ -203,7 +203,7 @@ def test_login_is_rate_limited_per_address_and_per_user(build):
 
 def test_login_limit_window_expires_and_success_resets(build, monkeypatch):
     app = build(LOGIN_MAX_FAILURES=2, LOGIN_WINDOW_SECONDS=60)
-    limiter = app.extensions["geneva_drive.login_limiter"]
+    limiter = app.extensions["geneva_drive"].login_limiter
     now = [1000.0]
     monkeypatch.setattr(limiter, "_clock", lambda: now[0])
     client = app.test_client()
@@ -240,7 +240,7 @@ def test_session_cookie_flags(build):
     # Served over HTTPS, the cookie is Secure even without configuration.
     client = app.test_client()
     with client.session_transaction(base_url="https://localhost") as session:
-        session["_csrf"] = CSRF
+        session["geneva_drive.csrf"] = CSRF
     over_tls = client.post(
         "/login",
         data={"username": "olga", "password": "olga-pw", "csrf_token": CSRF},
@@ -353,7 +353,7 @@ def test_no_secrets_in_logs(build, wf_ids, caplog):
     client = app.test_client()
     _login(client, "pat", password, addr="192.0.2.99")
     with client.session_transaction() as session:
-        csrf_token = session["_csrf"]
+        csrf_token = session["geneva_drive.csrf"]
     client.post(f"/workflows/{wf_ids['paused']}/cancel", headers={"X-CSRF-Token": "forged"})
     client.post(
         f"/workflows/{wf_ids['parked']}/signals",

@@ -1,0 +1,173 @@
+"""``GenevaDrive``: the dashboard and the engine inside a host's Flask app.
+
+In the Flask-SQLAlchemy style::
+
+    db = SQLAlchemy()
+    geneva = GenevaDrive()
+
+    def create_app():
+        app = Flask(__name__)
+        app.config.from_mapping(GENEVA_URL_PREFIX="/admin/workflows")
+        db.init_app(app)
+        geneva.init_app(app, db=db, celery=celery_app)
+        return app
+
+It reuses the host's Flask-SQLAlchemy engine (the engine's own sessions, workers and the
+dispatcher use it too), mounts the dashboard Blueprint at ``GENEVA_URL_PREFIX``, takes the
+signed-in user from the host (Flask-Login's ``current_user`` with ``role_for``, or a
+``user_loader``), and keeps the dashboard's session keys apart from the host's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from flask import Flask, abort
+
+from geneva_drive import celery as geneva_celery
+from geneva_drive import db as engine_db
+from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
+from geneva_drive.dashboard import blueprint, config, metrics, security
+from geneva_drive.dashboard.auth import DashboardUser
+from geneva_drive.dashboard.state import KEY, DashboardState
+from geneva_drive.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from celery import Celery
+    from flask_sqlalchemy import SQLAlchemy
+
+UserLoader = Callable[[Any], DashboardUser | None]
+RoleFor = Callable[[Any], str | None]
+
+
+def default_role_for(user: Any) -> str | None:
+    """The host user's ``geneva_drive_role`` attribute (``"operator"``, ``"viewer"`` or None)."""
+    role = getattr(user, "geneva_drive_role", None)
+    return str(role) if role else None
+
+
+class FlaskLoginUsers:
+    """The dashboard user behind Flask-Login's ``current_user``.
+
+    An anonymous visitor gets ``None`` (and so the host's login page); a signed-in host user
+    whose ``role_for`` is ``None`` is refused with a 403: they are who they say, and not allowed.
+    """
+
+    def __init__(self, role_for: RoleFor) -> None:
+        self.role_for = role_for
+
+    def __call__(self, _request: Any) -> DashboardUser | None:
+        from flask_login import current_user  # optional: only hosts using Flask-Login get here
+
+        user = current_user
+        if user is None or not getattr(user, "is_authenticated", False):
+            return None
+        role = self.role_for(user)
+        name = str(getattr(user, "name", None) or user.get_id())
+        if role is None:
+            abort(403, description=f"{name} may not use the workflow dashboard.")
+        return DashboardUser(name, role)
+
+
+def flask_login_url(app: Flask) -> Callable[[str], str | None] | None:
+    manager = getattr(app, "login_manager", None)
+    if manager is None or not getattr(manager, "login_view", None):
+        return None
+
+    def login_url(next_url: str) -> str | None:
+        from flask_login import login_url as make_login_url
+
+        return str(make_login_url(manager.login_view, next_url=next_url))
+
+    return login_url
+
+
+def normalized_prefix(value: Any) -> str:
+    prefix = str(value or "").strip()
+    if not prefix.startswith("/") or prefix == "/" or "//" in prefix:
+        raise ConfigurationError(
+            f"GENEVA_URL_PREFIX={value!r} is not a URL path to mount the dashboard at: use "
+            "one like '/admin/workflows' (leading slash, not the site root)"
+        )
+    return prefix.rstrip("/")
+
+
+def adopt_engine(sa_engine: Any, flask_config: Mapping[str, Any]) -> None:
+    """Point the engine at the app's database engine, with the engine's connection settings."""
+    if sa_engine.dialect.name == "sqlite":
+        # WAL and busy_timeout, as the engine's own connections get: operator actions take
+        # the write lock (BEGIN IMMEDIATE) and must wait for a worker's commit, not fail.
+        engine_db.install_sqlite_pragmas(sa_engine)
+        sa_engine.dispose()
+    elif "pool_pre_ping" not in flask_config.get("SQLALCHEMY_ENGINE_OPTIONS", {}):
+        # The engine's liveness check (engine/db.py): a connection that sat idle is tested
+        # before a request (or a step of a worker) uses it.
+        engine_db.install_idle_ping(sa_engine, engine_db.pool_ping_after())
+    engine_db.configure(engine=sa_engine)
+
+
+class GenevaDrive:
+    """The Flask extension. ``GenevaDrive(app, db=db)`` or ``GenevaDrive().init_app(app, db=db)``."""
+
+    def __init__(
+        self,
+        app: Flask | None = None,
+        *,
+        db: SQLAlchemy | None = None,
+        url_prefix: str | None = None,
+        user_loader: UserLoader | None = None,
+        role_for: RoleFor | None = None,
+        celery: Celery | None = None,
+    ) -> None:
+        self.db = db
+        self.url_prefix = url_prefix
+        self.user_loader = user_loader
+        self.role_for = role_for
+        self.celery = celery
+        if app is not None:
+            self.init_app(app)
+
+    def init_app(
+        self,
+        app: Flask,
+        *,
+        db: SQLAlchemy | None = None,
+        url_prefix: str | None = None,
+        user_loader: UserLoader | None = None,
+        role_for: RoleFor | None = None,
+        celery: Celery | None = None,
+    ) -> None:
+        db = db or self.db
+        if db is None:
+            raise ConfigurationError(
+                "GenevaDrive.init_app(app, db=db) needs the host's Flask-SQLAlchemy instance: "
+                "the engine's tables live in that database and its sessions are reused"
+            )
+        settings = config.for_host(app)
+        prefix = normalized_prefix(url_prefix or self.url_prefix or settings["URL_PREFIX"])
+        import_workflow_modules(workflow_module_names(settings.get("WORKFLOW_MODULES")))
+
+        loader: UserLoader | None = user_loader or self.user_loader
+        login_url = None
+        if loader is None and settings.get("USER_LOADER") is None and hasattr(app, "login_manager"):
+            loader = FlaskLoginUsers(role_for or self.role_for or default_role_for)
+            login_url = flask_login_url(app)
+
+        app.extensions[KEY] = DashboardState(
+            config=settings,
+            db=db,
+            url_prefix=prefix,
+            mounted=True,
+            user_loader=loader,
+            login_url=login_url,
+        )
+        # Ids in URLs are BIGINTs: a larger number is a 404, not an overflow in the driver.
+        app.url_map.converters["int"] = security.BoundedIntConverter
+        with app.app_context():
+            adopt_engine(db.engine, app.config)
+        metrics.init_app(app)
+        app.register_blueprint(blueprint.bp, url_prefix=prefix)
+        target = celery or self.celery
+        if target is not None:
+            geneva_celery.register(target)

@@ -1,0 +1,5 @@
+"""``gunicorn app.wsgi:app``."""
+
+from app import create_app
+
+app = create_app()
