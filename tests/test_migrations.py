@@ -94,3 +94,76 @@ def _table_of(diff):
 @pytest.mark.parametrize("table", sorted(ENGINE_TABLES))
 def test_model_tables_are_in_the_engine_metadata(table):
     assert table in Base.metadata.tables
+
+
+# --- living beside a host's own history (issue 15) ----------------------------------------------
+
+
+@pytest.fixture
+def bare_database(tmp_path):
+    """An empty database: a SQLite file, or a fresh PostgreSQL schema."""
+    url, schema = _database_url(tmp_path)
+    if schema is None:
+        engine = engine_db.make_engine(url)
+        yield engine
+        engine.dispose()
+        return
+    admin = engine_db.make_engine(url)
+    with admin.begin() as c:
+        c.execute(text(f'CREATE SCHEMA "{schema}"'))
+    engine = engine_db.make_engine(url, connect_args={"options": f"-csearch_path={schema}"})
+    try:
+        yield engine
+    finally:
+        engine.dispose()
+        with admin.begin() as c:
+            c.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def test_the_engine_history_keeps_its_own_version_table(bare_database):
+    from geneva_drive import migrations
+
+    with bare_database.begin() as c:  # a host's history, already at its own revision
+        c.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
+        c.execute(text("INSERT INTO alembic_version VALUES ('host_0007')"))
+    migrations.upgrade(bare_database)
+    with bare_database.connect() as c:
+        assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "host_0007"
+        ours = c.execute(text(f"SELECT version_num FROM {migrations.VERSION_TABLE}")).scalar()
+    assert ours == migrations.current(bare_database) == "0001"
+    assert set(inspect(bare_database).get_table_names()) >= ENGINE_TABLES
+    migrations.upgrade(bare_database)  # a second run is a no-op
+
+
+def test_a_0_1_database_moves_its_revision_to_the_engine_version_table(bare_database):
+    """0.1.0 recorded revision 0001 in the shared alembic_version: carried over, not re-run."""
+    from geneva_drive import migrations
+
+    Base.metadata.create_all(bare_database, tables=[Base.metadata.tables[t] for t in ENGINE_TABLES])
+    with bare_database.begin() as c:
+        c.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
+        c.execute(text("INSERT INTO alembic_version VALUES ('0001')"))
+    migrations.upgrade(bare_database)  # would fail creating existing tables if it re-ran 0001
+    tables = set(inspect(bare_database).get_table_names())
+    assert "alembic_version" not in tables
+    assert migrations.current(bare_database) == "0001"
+
+
+def test_a_host_autogenerate_leaves_the_engine_tables_alone(bare_database):
+    from sqlalchemy import Column, Integer, MetaData, Table
+
+    from geneva_drive import migrations
+
+    migrations.upgrade(bare_database)
+    host = MetaData()
+    Table("shop_orders", host, Column("id", Integer, primary_key=True))
+    with bare_database.connect() as connection:
+        context = MigrationContext.configure(
+            connection, opts={"include_object": migrations.exclude_engine_tables}
+        )
+        diffs = compare_metadata(context, host)
+        unfiltered = compare_metadata(MigrationContext.configure(connection), host)
+    assert [d[0] for d in diffs] == ["add_table"]  # only the host's own new table
+    dropped = {d[1].name for d in unfiltered if d[0] == "remove_table"}
+    assert dropped >= ENGINE_TABLES  # what a host would have been told to drop without it

@@ -132,13 +132,14 @@ def isolated_registry():
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_manual_example(name, geneva_session, isolated_registry):
+def test_manual_example(name, geneva_session, geneva_database, isolated_registry):
     example = EXAMPLES[name]
     SHARED_NAMESPACE["outbox"].clear()
     module_name = f"manual_{name.replace('-', '_')}"
     namespace = _module_namespace(module_name)
     namespace.update({k: v for k, v in SHARED_NAMESPACE.items() if not k.startswith("__")})
     namespace["session"] = geneva_session
+    namespace["geneva_database"] = geneva_database  # as a host's own pytest fixture has it
     try:
         for block in example.blocks:
             _run(block, namespace)

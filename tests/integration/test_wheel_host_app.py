@@ -248,7 +248,15 @@ def test_the_host_app_runs_an_order_through_its_own_celery_and_dashboard(
         SHOP_SECRET_KEY=uuid.uuid4().hex,
         GENEVA_DISPATCH_INTERVAL="1",
     )
-    _run([str(bin_ / "pip"), "install", "-q", "flask-login"], cwd=shop, env=env)
+    _run([str(bin_ / "pip"), "install", "-q", "flask-login", "pytest"], cwd=shop, env=env)
+    # The shop's own tests, on GenevaDrive's pytest plugin as installed from the wheel (a fresh
+    # schema per test in the PostgreSQL database, the shop's tables beside the engine's).
+    tested = _run(
+        [str(bin_ / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"],
+        cwd=shop,
+        env={**env, "GENEVA_TEST_DATABASE_URL": pg_database},
+    )
+    assert "2 passed" in tested, tested
 
     # Both migration histories, in the host's one `flask db upgrade`.
     _run([str(bin_ / "flask"), "--app", "app", "db", "upgrade"], cwd=shop, env=env)
