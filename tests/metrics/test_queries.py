@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import timedelta
 
 import pytest
@@ -102,15 +103,26 @@ def test_cache_serves_a_second_read_without_queries(geneva_session, seeded, coun
 
 
 def test_an_expired_snapshot_is_served_while_one_thread_refreshes_it(
-    geneva_session, seeded, count_statements
+    geneva_session, seeded, count_statements, monkeypatch
 ):
     clock = FakeClock()
     cache = metrics.SnapshotCache(max_age=5.0, stale_for=60.0, clock=clock)
     first = cache.get()
     clock.now += 10  # expired, but within the stale window
+    # Hold the background refresh until both callers have been answered: otherwise a fast
+    # refresh may finish between the two calls and the second sees its result (no bug).
+    release = threading.Event()
+    real_collect = metrics.collect
+
+    def held_collect(*args, **kwargs):  # type: ignore[no-untyped-def]
+        release.wait(30)
+        return real_collect(*args, **kwargs)
+
+    monkeypatch.setattr(metrics, "collect", held_collect)
     with count_statements(get_engine()) as counter:
         assert cache.get() is first  # answered at once, from memory
         assert cache.get() is first  # a second caller does not start a second refresh
+        release.set()
         cache.join(timeout=30)
     assert len(counter.selects()) == 4  # exactly one refresh, in the background
     refreshed = cache.get()
