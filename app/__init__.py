@@ -28,8 +28,15 @@ MIGRATIONS = HERE.parent / "migrations"
 log = logging.getLogger(__name__)
 
 
-def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
-    """Build the dashboard. ``{"DEMO": True}`` opens it to loopback clients as operator."""
+def create_app(
+    config_overrides: Mapping[str, Any] | None = None, *, require_secret_key: bool = True
+) -> Flask:
+    """Build the dashboard. ``{"DEMO": True}`` opens it to loopback clients as operator.
+
+    Raises :class:`config.ConfigurationError` without a real ``SECRET_KEY`` outside demo and
+    testing mode. ``require_secret_key=False`` is for a factory that only migrates the
+    database (``geneva-drive migrate``): it gets a random key and serves nobody.
+    """
     app = Flask(
         __name__,
         template_folder=str(HERE / "templates"),
@@ -38,10 +45,7 @@ def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
     # Ids in URLs are BIGINTs: a larger number is a 404, not an overflow in the database driver.
     app.url_map.converters["int"] = security.BoundedIntConverter
     config.load(app, config_overrides)
-    if app.config["SECRET_KEY"] == config.DEV_SECRET_KEY and not (
-        app.config.get("DEMO") or app.testing
-    ):
-        log.warning("GENEVA_SECRET_KEY is not set: sessions are signed with a public dev key")
+    config.check_secret_key(app, required=require_secret_key)
     _import_workflow_modules(app.config.get("WORKFLOW_MODULES"))
 
     db.init_app(app)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Flask, Response, abort, request
+from flask import Flask, Response, abort, g, request
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.routing import IntegerConverter
 
@@ -57,6 +57,11 @@ def init_app(app: Flask) -> None:
         headers.setdefault("X-Content-Type-Options", "nosniff")
         headers.setdefault("X-Frame-Options", "DENY")
         headers.setdefault("Referrer-Policy", "same-origin")
+        if g.get("user") is not None and request.endpoint != "static":
+            # Pages for a signed-in user hold workflow data: no browser or proxy cache may keep
+            # them (the back button after logout, a shared machine, a caching proxy).
+            headers["Cache-Control"] = "no-store"
+            headers.add("Vary", "Cookie")
         return response
 
 

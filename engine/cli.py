@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import ipaddress
 import json
 import logging
 import os
@@ -141,9 +142,19 @@ def _load_modules(demo: bool) -> None:
 # --- the dashboard (Flask, loaded dynamically) -------------------------------------------------
 
 
-def _create_dashboard(demo: bool) -> Any:
+def _is_loopback_host(host: str) -> bool:
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _create_dashboard(demo: bool, *, serving: bool = True) -> Any:
     app_module = importlib.import_module("geneva_drive.dashboard")
-    flask_app = app_module.create_app({"DEMO": True} if demo else None)
+    # Only a dashboard that serves needs its secret key (migrate signs no session).
+    flask_app = app_module.create_app({"DEMO": True} if demo else None, require_secret_key=serving)
     with flask_app.app_context():
         sa_engine = flask_app.extensions["sqlalchemy"].engine
     if sa_engine.dialect.name == "sqlite":
@@ -201,17 +212,32 @@ def _thread(target: Callable[..., None], name: str, *args: Any, **kwargs: Any) -
 def cmd_up(args: argparse.Namespace) -> int:
     from geneva_drive.dispatch import run_dispatcher
 
+    if args.demo and not _is_loopback_host(args.host):
+        # The demo hands out operator rights without a login: only this machine may reach it.
+        print(
+            f"geneva-drive up: --demo serves only loopback (127.0.0.1, ::1, localhost), not "
+            f"--host {args.host}. Drop --demo and configure GENEVA_USERS and GENEVA_SECRET_KEY "
+            "to serve the network.",
+            file=sys.stderr,
+        )
+        return 2
     stopper = _Stopper()
     _embedded_database_url()
     _load_modules(args.demo)
-    flask_app = _create_dashboard(args.demo)
+    try:
+        flask_app = _create_dashboard(args.demo)
+    except RuntimeError as error:  # the dashboard's ConfigurationError: it names the setting
+        print(f"geneva-drive up: {error}", file=sys.stderr)
+        return 2
     _migrate(flask_app, args.demo, args.log_level)
 
     worker = EmbeddedWorker(concurrency=args.concurrency, poll_interval=args.poll_interval)
     transport.set_transport(worker.transport)
 
-    serving = importlib.import_module("werkzeug.serving")
-    server = serving.make_server(args.host, args.port, flask_app, threaded=True)
+    # A production server (waitress, with header and request deadlines; geneva_drive.dashboard
+    # .server), not Werkzeug's development server.
+    serving = importlib.import_module("geneva_drive.dashboard.server")
+    server = serving.make_server(flask_app, args.host, args.port)
     web = _thread(server.serve_forever, "geneva-web")
     url = f"http://{args.host}:{server.server_port}"
     print(f"GenevaDrive dashboard: {url}  (Ctrl-C to stop)", flush=True)
@@ -300,7 +326,7 @@ def cmd_housekeeping(args: argparse.Namespace) -> int:
 def cmd_migrate(args: argparse.Namespace) -> int:
     _embedded_database_url()
     _load_modules(args.demo)
-    _migrate(_create_dashboard(args.demo), args.demo, args.log_level)
+    _migrate(_create_dashboard(args.demo, serving=False), args.demo, args.log_level)
     return 0
 
 

@@ -20,6 +20,7 @@ ENGINE_TABLES = {
     "geneva_drive_step_executions",
     "geneva_drive_signals",
     "geneva_drive_operator_actions",
+    "geneva_drive_dashboard_sessions",
 }
 
 
@@ -41,7 +42,7 @@ def test_upgrade_on_empty_database_matches_models(tmp_path):
         options = {
             "SQLALCHEMY_ENGINE_OPTIONS": {"connect_args": {"options": f"-csearch_path={schema}"}}
         }
-    app = create_app({"SQLALCHEMY_DATABASE_URI": url, **options})
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, **options}, require_secret_key=False)
     try:
         with app.app_context():
             upgrade()
