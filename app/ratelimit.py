@@ -39,6 +39,8 @@ DEFAULT_BACKOFF_SECONDS = 2.0
 DEFAULT_MAX_FAILURES_PER_USER = 50
 DEFAULT_MAX_FAILURES_PER_ADDRESS = 50
 DEFAULT_MAX_KEYS = 100_000
+#: Characters of a username a counter's key keeps.
+MAX_NAME_IN_KEY = 256
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,9 @@ class Limits:
 
 def keys_for(user: str, address: str | None) -> dict[str, str]:
     """The three counters of one login attempt, by kind (NUL cannot appear in either part)."""
-    name = user.lower()
+    # Cut: a key per failure is kept in memory, and the form field may hold a megabyte (no
+    # configured name is that long; names past the cut share one counter, which is harmless).
+    name = user.lower()[:MAX_NAME_IN_KEY]
     addr = address or "?"
     return {"pair": f"pair:{name}\x00{addr}", "user": f"user:{name}", "address": f"addr:{addr}"}
 
