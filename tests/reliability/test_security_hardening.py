@@ -471,9 +471,13 @@ SCANNED = ("geneva_drive_workflows", "geneva_drive_step_executions")
 
 
 def _plans(flask_app, url: str) -> list[tuple[str, str]]:
-    """The plan of every statement a GET of ``url`` runs, with the full table scans forced
-    out where the planner has a choice (PostgreSQL: enable_seqscan off): what is left is a
-    scan no index can replace."""
+    """The plan of every statement a GET of ``url`` runs.
+
+    SQLite is the strict check: its plans name every walk of a whole table or index as
+    ``SCAN``. On PostgreSQL, with a few test rows, the planner picks what is cheapest at that
+    size, so sequential scans are disabled and only a scan that no index can replace remains
+    (a walk of the primary key with a filter is not caught there; bench B8 measures that case
+    at 1,000,000 workflows)."""
     from geneva_drive.dashboard.extensions import db
 
     with flask_app.app_context():
@@ -517,7 +521,21 @@ def _full_scans(plan: str) -> list[str]:
 
 @pytest.mark.parametrize(
     "query",
-    ["step=charge", "error=builtins.RuntimeError", "due=overdue", "due=waiting", "due=stuck"],
+    [
+        "step=charge",
+        "error=builtins.RuntimeError",
+        "due=overdue",
+        "due=waiting",
+        "due=stuck",
+        # The filters that were index-served already, kept so by this test:
+        "state=paused",
+        "class=DashPayment",
+        "class=DashPayment&state=paused",
+        "hero_type=Order&hero_id=1",
+        "q=Order:1",
+        "q=1",
+        "class=DashPayment&stranded=legacy_capture",
+    ],
 )
 def test_every_filter_is_served_by_an_index(build, geneva_session, paused_id, query):
     app = build()
