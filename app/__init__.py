@@ -32,16 +32,20 @@ log = logging.getLogger(__name__)
 __all__ = ["GenevaDrive", "create_app"]
 
 
-def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
-    """Build the standalone dashboard. ``{"DEMO": True}`` opens it to loopback clients as operator."""
+def create_app(
+    config_overrides: Mapping[str, Any] | None = None, *, require_secret_key: bool = True
+) -> Flask:
+    """Build the standalone dashboard. ``{"DEMO": True}`` opens it to loopback clients as operator.
+
+    Raises :class:`config.ConfigurationError` without a real ``SECRET_KEY`` outside demo and
+    testing mode. ``require_secret_key=False`` is for a factory that only migrates the
+    database: it gets a random key and serves nobody.
+    """
     app = Flask(__name__, static_folder=None, template_folder=None)
     # Ids in URLs are BIGINTs: a larger number is a 404, not an overflow in the database driver.
     app.url_map.converters["int"] = security.BoundedIntConverter
     config.load(app, config_overrides)
-    if app.config["SECRET_KEY"] == config.DEV_SECRET_KEY and not (
-        app.config.get("DEMO") or app.testing
-    ):
-        log.warning("GENEVA_SECRET_KEY is not set: sessions are signed with a public dev key")
+    config.check_secret_key(app, required=require_secret_key)
     import_workflow_modules(workflow_module_names(app.config.get("WORKFLOW_MODULES")))
 
     # Every key of the standalone app's config is the dashboard's: it reads app.config itself.
@@ -53,6 +57,8 @@ def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
         adopt_engine(own_db.engine, app.config)
 
     security.init_app(app)
+    # The signature's own age limit too: a cookie is never accepted past a login's lifetime.
+    app.permanent_session_lifetime = int(app.config["SESSION_LIFETIME_SECONDS"])
     errors.register(app)  # a URL that matches no route is the app's, not the Blueprint's
     metrics.init_app(app)
     app.register_blueprint(blueprint.bp)

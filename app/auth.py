@@ -22,46 +22,56 @@ Three ways in, tried in order on each request:
    "role": ...}}`` with hashes from ``werkzeug.security.generate_password_hash``. The role is
    read from configuration on every request, so removing a user takes effect at once.
 
-3. **Demo mode** (``DEMO``): clients on the loopback interface are the operator ``demo``
-   without a login. Anyone reaching the app from another address still has to log in, so a
-   demo started on ``0.0.0.0`` by mistake does not hand out operator rights to the network.
+3. **Demo mode** (``DEMO``): requests from the loopback interface are the operator ``demo``
+   without a login, when they also name a loopback ``Host`` (``localhost``, ``127.0.0.1``,
+   ``[::1]``) and carry no ``Forwarded``, ``X-Forwarded-*``, ``X-Real-IP`` or ``Via`` header.
+   The TCP peer alone is not enough: a page of ``rebind.attacker.test`` resolved to 127.0.0.1
+   (DNS rebinding) reaches the port from the operator's own browser, and a reverse proxy on
+   the same machine makes every outside client a loopback peer. Anyone else logs in.
+
+Built-in logins are bounded: a session lasts ``SESSION_LIFETIME_SECONDS`` from the login
+however active it is, and logging out ends every session of that user (the cookie carries the
+user's session generation; logout bumps it in ``geneva_drive_dashboard_sessions``).
 """
 
 from __future__ import annotations
 
 import importlib
 import ipaddress
+import logging
+import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from flask import (
-    Blueprint,
-    Response,
-    abort,
-    g,
-    redirect,
-    request,
-    session,
-)
-from werkzeug.security import check_password_hash
+from flask import Blueprint, Response, abort, current_app, g, redirect, request, session
+from sqlalchemy import update
+from sqlalchemy.exc import IntegrityError
+from werkzeug.security import check_password_hash, generate_password_hash
 
-from geneva_drive.dashboard import csrf
-from geneva_drive.dashboard.ratelimit import (
-    DEFAULT_MAX_FAILURES,
-    DEFAULT_WINDOW_SECONDS,
-)
+from geneva_drive.dashboard import csrf, ratelimit
+from geneva_drive.dashboard.extensions import db
 from geneva_drive.dashboard.rendering import render_template
 from geneva_drive.dashboard.state import dashboard_config, state
 from geneva_drive.dashboard.urls import current_endpoint, url_for
+from geneva_drive.logsafe import escape
+from geneva_drive.models import DashboardSessionGeneration, utcnow
 
 ROLES = ("viewer", "operator")
 DEMO_USER = "demo"
-#: The signed-in user's name in the session. Namespaced like every key the dashboard keeps
-#: there: mounted in a host app, the session (and its cookie) is the host's.
-USER_KEY = "geneva_drive.user"
+#: Headers a proxy adds: a request carrying one came through a proxy, whatever its TCP peer.
+FORWARDING_HEADERS = frozenset({"forwarded", "via", "x-real-ip"})
+LOOPBACK_NAMES = frozenset({"localhost"})
+#: The dashboard's keys in the session, all under one prefix: mounted in a host app, the
+#: session (and its cookie) is the host's, and the dashboard touches only its own keys.
 SESSION_PREFIX = "geneva_drive."
+USER_KEY = "geneva_drive.user"
+ISSUED_KEY = "geneva_drive.iat"
+GENERATION_KEY = "geneva_drive.gen"
+
+log = logging.getLogger(__name__)
 
 bp = Blueprint("auth", __name__)
 
@@ -106,6 +116,93 @@ def _is_loopback(address: str | None) -> bool:
         return False
 
 
+def _host_name(host: str) -> str:
+    """The name part of a ``Host`` header value (no port; an IPv6 literal without brackets)."""
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    if host.count(":") == 1:
+        return host.partition(":")[0]
+    return host
+
+
+def _is_loopback_host(host: str) -> bool:
+    name = _host_name(host.strip().lower()).rstrip(".")
+    return name in LOOPBACK_NAMES or _is_loopback(name)
+
+
+def _is_forwarded() -> bool:
+    return any(
+        key.lower() in FORWARDING_HEADERS or key.lower().startswith("x-forwarded-")
+        for key, _value in request.headers
+    )
+
+
+def _demo_open() -> bool:
+    """Demo access for this request: loopback peer, loopback ``Host``, no proxy headers."""
+    return (
+        bool(dashboard_config().get("DEMO"))
+        and _is_loopback(request.remote_addr)
+        and _is_loopback_host(request.host)
+        and not _is_forwarded()
+    )
+
+
+# --- sessions: bounded lifetime, ended by logout -------------------------------------------------
+
+
+def _generation(name: str) -> int:
+    row = db.session.get(DashboardSessionGeneration, name)
+    return int(row.generation) if row is not None else 0
+
+
+def end_sessions(name: str) -> None:
+    """Bump ``name``'s session generation: every session issued before stops acting."""
+    for _ in range(3):
+        result = db.session.execute(
+            update(DashboardSessionGeneration)
+            .where(DashboardSessionGeneration.name == name)
+            .values(generation=DashboardSessionGeneration.generation + 1, updated_at=utcnow())
+        )
+        if getattr(result, "rowcount", 0):
+            db.session.commit()
+            return
+        db.session.add(DashboardSessionGeneration(name=name, generation=1, updated_at=utcnow()))
+        try:
+            db.session.commit()
+            return
+        except IntegrityError:  # another logout inserted it meanwhile: bump that row
+            db.session.rollback()
+    raise RuntimeError(f"could not end the sessions of {name!r}")
+
+
+def clear_session() -> None:
+    """Forget the dashboard's keys, and only those: a host's own session keys stay."""
+    for key in [key for key in session if str(key).startswith(SESSION_PREFIX)]:
+        session.pop(key)
+
+
+def start_session(name: str) -> None:
+    """Log ``name`` in on this request's session (a fresh one: no fixation of a pre-login
+    cookie), stamped with the login time and the current session generation."""
+    clear_session()
+    session[USER_KEY] = name
+    session[ISSUED_KEY] = int(time.time())
+    session[GENERATION_KEY] = _generation(name)
+    csrf.csrf_token()
+
+
+def _session_is_current(name: str) -> bool:
+    issued = session.get(ISSUED_KEY)
+    if not isinstance(issued, int | float) or isinstance(issued, bool):
+        return False
+    age = time.time() - issued
+    lifetime = float(dashboard_config()["SESSION_LIFETIME_SECONDS"])
+    if age > lifetime or age < -60:  # expired, or stamped in the future (clock or forgery)
+        return False
+    generation = session.get(GENERATION_KEY, 0)
+    return isinstance(generation, int) and generation == _generation(name)
+
+
 def _configured_user(name: str) -> DashboardUser | None:
     entry = dashboard_config().get("USERS", {}).get(name)
     if not isinstance(entry, dict):
@@ -119,8 +216,10 @@ def _load_user() -> DashboardUser | None:
         return loader(request)
     name = session.get(USER_KEY)
     if name:
-        return _configured_user(str(name))
-    if dashboard_config().get("DEMO") and _is_loopback(request.remote_addr):
+        if _session_is_current(str(name)):
+            return _configured_user(str(name))
+        clear_session()  # expired or logged out: the cookie is replaced by an anonymous one
+    if _demo_open():
         return DashboardUser(DEMO_USER, "operator")
     return None
 
@@ -136,12 +235,6 @@ def _is_public(path: str) -> bool:
 def _dashboard_path() -> str:
     prefix = state().url_prefix
     return request.path[len(prefix) :] or "/" if prefix else request.path
-
-
-def clear_session() -> None:
-    """Forget the dashboard's keys, and only those: a host's own session keys stay."""
-    for key in [key for key in session if str(key).startswith(SESSION_PREFIX)]:
-        session.pop(key)
 
 
 def authorize() -> Response | None:
@@ -165,56 +258,101 @@ def authorize() -> Response | None:
 
 
 def _safe_next(target: str | None) -> str:
-    # Only same-site paths: an open redirect after login would be a phishing aid.
-    if target:
+    # Only same-site paths: an open redirect after login would be a phishing aid. A backslash
+    # is refused too (browsers read "/\\evil.example" as "//evil.example"), and so are control
+    # characters (CR/LF would split the Location header).
+    if target and target.startswith("/") and target.isprintable() and "\\" not in target:
         parts = urlsplit(target)
-        if not parts.scheme and not parts.netloc and target.startswith("/"):
+        if not parts.scheme and not parts.netloc:
             return target
     return url_for("dashboard.overview")
 
 
-@bp.route("/login", methods=["GET", "POST"])
-def login() -> Any:
-    error = None
-    status = 200
-    if request.method == "POST":
-        name = request.form.get("username", "").strip()
-        password = request.form.get("password", "")
-        keys = [f"addr:{request.remote_addr}", f"user:{name.lower()}"]
-        limiter = state().login_limiter
-        limit = int(dashboard_config().get("LOGIN_MAX_FAILURES", DEFAULT_MAX_FAILURES))
-        window = float(dashboard_config().get("LOGIN_WINDOW_SECONDS", DEFAULT_WINDOW_SECONDS))
-        wait = limiter.retry_after(keys, limit, window)
-        if wait:
-            message = f"Too many failed logins. Try again in {wait} seconds."
-            page = render_template("auth/login.html", error=message, next="", demo=_demo_open())
-            return page, 429, {"Retry-After": str(wait)}
-        entry = dashboard_config().get("USERS", {}).get(name)
-        hashed = entry.get("password_hash") if isinstance(entry, dict) else None
-        if hashed and check_password_hash(str(hashed), password):
-            limiter.clear(keys)
-            clear_session()  # a fresh session on login: no fixation of a pre-login cookie
-            session[USER_KEY] = name
-            csrf.csrf_token()
-            return redirect(_safe_next(request.args.get("next")))
-        limiter.fail(keys)
-        error = "Unknown user or wrong password."
-        status = 401
-    return (
-        render_template(
-            "auth/login.html", error=error, next=request.args.get("next", ""), demo=_demo_open()
-        ),
-        status,
+def _limits() -> ratelimit.Limits:
+    config = dashboard_config()
+    return ratelimit.Limits(
+        pair=int(config["LOGIN_MAX_FAILURES"]),
+        user=int(config["LOGIN_MAX_FAILURES_PER_USER"]),
+        address=int(config["LOGIN_MAX_FAILURES_PER_ADDRESS"]),
+        window=float(config["LOGIN_WINDOW_SECONDS"]),
+        backoff=float(config["LOGIN_BACKOFF_SECONDS"]),
     )
 
 
-def _demo_open() -> bool:
-    return bool(dashboard_config().get("DEMO")) and _is_loopback(request.remote_addr)
+def _dummy_hash() -> str:
+    """A hash of a random password, made like the configured users' hashes (same method and
+    cost), checked for unknown names so that they cost what known names cost: the answer's
+    timing must not tell which names exist."""
+    methods = [
+        str(entry["password_hash"]).partition("$")[0]
+        for entry in dashboard_config().get("USERS", {}).values()
+        if isinstance(entry, dict) and entry.get("password_hash")
+    ]
+    method = max(set(methods), key=methods.count) if methods else "scrypt"
+    cache: dict[str, str] = current_app.extensions.setdefault("geneva_drive.dummy_hashes", {})
+    if method not in cache:
+        try:
+            cache[method] = generate_password_hash(secrets.token_urlsafe(16), method=method)
+        except (ValueError, TypeError):  # a method werkzeug cannot make: its default then
+            cache[method] = generate_password_hash(secrets.token_urlsafe(16))
+    return cache[method]
+
+
+def _password_matches(name: str, password: str) -> bool:
+    entry = dashboard_config().get("USERS", {}).get(name)
+    hashed = entry.get("password_hash") if isinstance(entry, dict) else None
+    if not hashed:
+        check_password_hash(_dummy_hash(), password)  # the same work, thrown away
+        return False
+    return check_password_hash(str(hashed), password)
+
+
+def _login_page(error: str | None, status: int, next_url: str) -> Any:
+    page = render_template("auth/login.html", error=error, next=next_url, demo=_demo_open())
+    return page, status
+
+
+@bp.route("/login", methods=["GET", "POST"])
+def login() -> Any:
+    next_url = request.args.get("next", "")
+    if request.method != "POST":
+        return _login_page(None, 200, next_url)
+    name = request.form.get("username", "").strip()
+    password = request.form.get("password", "")
+    address = request.remote_addr
+    keys = ratelimit.keys_for(name, address)
+    limiter = state().login_limiter
+    limits = _limits()
+    wait = limiter.retry_after(list(keys.values()), limits)
+    if wait:
+        log.warning(
+            "Login throttled: user %s from %s, %s s to wait", escape(name, 100), address, wait
+        )
+        body, status = _login_page(f"Too many failed logins. Try again in {wait} seconds.", 429, "")
+        return body, status, {"Retry-After": str(wait)}
+    if _password_matches(name, password):
+        limiter.clear([keys["pair"], keys["user"]])
+        start_session(name)
+        log.info("Login: user %s from %s", escape(name, 100), address)
+        return redirect(_safe_next(next_url))
+    limiter.fail(list(keys.values()), limits)
+    log.warning(
+        "Failed login: user %s from %s (%d failures of this user from this address in %d s)",
+        escape(name, 100),
+        address,
+        limiter.failures(keys["pair"], limits.window),
+        limits.window,
+    )
+    return _login_page("Unknown user or wrong password.", 401, next_url)
 
 
 @bp.route("/logout", methods=["GET", "POST"])
 def logout() -> Any:
     if request.method == "POST":
+        name = session.get(USER_KEY)
+        if name and g.get("user") is not None:
+            end_sessions(str(name))  # every copy of this cookie stops acting, not just ours
+            log.info("Logout: user %s from %s", escape(str(name), 100), request.remote_addr)
         clear_session()
         return redirect(url_for("auth.login"))
     # State never changes on GET: show a button that POSTs.

@@ -24,6 +24,7 @@ the dashboard; ``scripts/test`` checks that with import-linter).
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import logging
 import os
@@ -36,10 +37,10 @@ from types import FrameType
 from typing import Any
 
 from flask import Flask
-from werkzeug import serving
 
 from geneva_drive import db, housekeeping, migrations, transport
 from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
+from geneva_drive.dashboard import server as dashboard_server
 from geneva_drive.dispatch import run_dispatcher
 from geneva_drive.embedded import DEFAULT_POLL_INTERVAL, EmbeddedWorker
 from geneva_drive.errors import ConfigurationError
@@ -150,6 +151,15 @@ def _load_modules(demo: bool) -> None:
 # --- the dashboard (Flask, loaded dynamically) -------------------------------------------------
 
 
+def _is_loopback_host(host: str) -> bool:
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _create_dashboard(demo: bool) -> Flask:
     from geneva_drive.dashboard import create_app
 
@@ -208,16 +218,27 @@ def _thread(target: Callable[..., None], name: str, *args: Any, **kwargs: Any) -
 
 
 def cmd_up(args: argparse.Namespace) -> int:
+    if args.demo and not _is_loopback_host(args.host):
+        # The demo hands out operator rights without a login: only this machine may reach it.
+        print(
+            f"geneva-drive up: --demo serves only loopback (127.0.0.1, ::1, localhost), not "
+            f"--host {args.host}. Drop --demo and configure GENEVA_USERS and GENEVA_SECRET_KEY "
+            "to serve the network.",
+            file=sys.stderr,
+        )
+        return 2
     stopper = _Stopper()
     _embedded_database_url()
     _load_modules(args.demo)
-    flask_app = _create_dashboard(args.demo)
+    flask_app = _create_dashboard(args.demo)  # refuses a missing secret key (main() exits 2)
     _migrate(args.demo)
 
     worker = EmbeddedWorker(concurrency=args.concurrency, poll_interval=args.poll_interval)
     transport.set_transport(worker.transport)
 
-    server = serving.make_server(args.host, args.port, flask_app, threaded=True)
+    # A production server (waitress, with header and request deadlines; see app/server.py),
+    # not Werkzeug's development server.
+    server = dashboard_server.make_server(flask_app, args.host, args.port)
     web = _thread(server.serve_forever, "geneva-web")
     url = f"http://{args.host}:{server.server_port}"
     print(f"GenevaDrive dashboard: {url}  (Ctrl-C to stop)", flush=True)

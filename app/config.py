@@ -13,19 +13,31 @@ with hashes made by ``werkzeug.security.generate_password_hash``.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
 from flask import Flask
 
 import geneva_drive.db
+from geneva_drive.errors import ConfigurationError
 
-#: The secret used when none is configured. Sessions signed with it are forgeable, so the
-#: factory logs a warning unless the app is in demo or testing mode.
+__all__ = ["ConfigurationError", "check_secret_key", "for_host", "load"]
+
+#: A key published in this repository's history: sessions signed with it are forgeable (and so
+#: is their CSRF token, which lives in the session), so it is refused like no key at all.
 DEV_SECRET_KEY = "dev-only-change-me"
+#: Shortest secret key accepted: a key short enough to guess signs sessions anyone can forge.
+MIN_SECRET_KEY_LENGTH = 16
+HOW_TO_MAKE_A_KEY = (
+    "Set GENEVA_SECRET_KEY to a long random value, the same for every process of the "
+    "dashboard, e.g. the output of: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+)
+
 
 DEFAULTS: dict[str, Any] = {
-    "SECRET_KEY": DEV_SECRET_KEY,
+    #: No default: outside demo and tests the factory refuses to start without one.
+    "SECRET_KEY": None,
     #: Open access as operator "demo" for loopback clients (``geneva-drive up --demo``).
     "DEMO": False,
     #: ``{username: {"password_hash": ..., "role": "viewer" | "operator"}}``.
@@ -46,10 +58,20 @@ DEFAULTS: dict[str, Any] = {
     #: Largest request body accepted (413 above it); signal payloads are capped far lower by
     #: the engine (``max_signal_payload_size``), this stops a huge body before it is parsed.
     "MAX_CONTENT_LENGTH": 1024 * 1024,
-    #: Failed logins allowed per client address and per username within the window (429
-    #: after that; see app.ratelimit).
+    #: Failed logins allowed per (username, client address) within the window; after that
+    #: each further attempt of that pair waits longer (see app.ratelimit).
     "LOGIN_MAX_FAILURES": 5,
     "LOGIN_WINDOW_SECONDS": 300,
+    #: The first wait after LOGIN_MAX_FAILURES; it doubles with each further failure, up to the
+    #: window.
+    "LOGIN_BACKOFF_SECONDS": 2,
+    #: Failed logins allowed per username from all addresses together, and per address for all
+    #: usernames together, within the window (looser than the per-pair limit: an attacker who
+    #: rotates addresses is slowed down without a handful of guesses locking the user out).
+    "LOGIN_MAX_FAILURES_PER_USER": 50,
+    "LOGIN_MAX_FAILURES_PER_ADDRESS": 50,
+    #: Seconds a login lasts, however active the session: after that the user logs in again.
+    "SESSION_LIFETIME_SECONDS": 12 * 3600,
     "SESSION_COOKIE_HTTPONLY": True,
     "SESSION_COOKIE_SAMESITE": "Lax",
     "SESSION_COOKIE_SECURE": False,
@@ -103,3 +125,38 @@ def load(app: Flask, overrides: Mapping[str, Any] | None) -> None:
         app.config["SQLALCHEMY_DATABASE_URI"] = app.config.get("DATABASE_URL") or (
             geneva_drive.db.database_url()
         )
+
+
+def secret_key_problem(key: Any) -> str | None:
+    """Why ``key`` cannot sign sessions, or None when it can."""
+    if not key:
+        return "GENEVA_SECRET_KEY is not set"
+    if not isinstance(key, str | bytes):
+        return "GENEVA_SECRET_KEY must be a string"
+    if key in (DEV_SECRET_KEY, DEV_SECRET_KEY.encode()):
+        return "GENEVA_SECRET_KEY is the public development key"
+    if len(key) < MIN_SECRET_KEY_LENGTH:
+        return f"GENEVA_SECRET_KEY is shorter than {MIN_SECRET_KEY_LENGTH} characters"
+    return None
+
+
+def check_secret_key(app: Flask, *, required: bool) -> None:
+    """Refuse a missing or public key outside demo and tests; demo gets a random key per run.
+
+    Sessions are signed cookies holding the user and the CSRF token: whoever knows the key can
+    be anyone, so there is no fallback key. A demo's key lives only in its process, so its
+    sessions end with it (and it is never the same on two machines).
+    """
+    problem = secret_key_problem(app.config.get("SECRET_KEY"))
+    if problem is None:
+        return
+    if app.config.get("DEMO"):
+        app.config["SECRET_KEY"] = secrets.token_urlsafe(32)
+    elif app.testing or not required:
+        # Tests set their own key; a factory that only migrates signs nothing. Either way a
+        # key nobody can know, never the public one.
+        app.config["SECRET_KEY"] = app.config.get("SECRET_KEY") or secrets.token_urlsafe(32)
+        if app.config["SECRET_KEY"] == DEV_SECRET_KEY:
+            app.config["SECRET_KEY"] = secrets.token_urlsafe(32)
+    else:
+        raise ConfigurationError(f"Refusing to start: {problem}. {HOW_TO_MAKE_A_KEY}")

@@ -4,12 +4,21 @@ Each action is one transaction: the engine call and its ``geneva_drive_operator_
 commit together. When the engine refuses (``InvalidStateError``, ``StepNotDefinedError``,
 bad input, …) the transaction is rolled back, so nothing partial is written, and the refusal is
 recorded in a transaction of its own: the audit log shows what was tried, not only what worked.
+
+A bulk action has one outcome per id — ``done``, ``refused`` or ``gone`` (the workflow no
+longer exists: deleted by housekeeping between preview and confirm, or a stale id) — recorded
+in its batch row's ``params`` (``done_ids``, ``refused_ids``, ``gone_ids``), and the batch row
+always ends finished (``ok``, ``partial``, ``refused`` or ``failed``), never left ``running``.
+
+Operator input in log lines goes through :func:`geneva_drive.logsafe.escape`: a signal name
+with a newline must not write a second, forged log line.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,11 +26,11 @@ from datetime import datetime
 from typing import Any
 
 from flask import abort, current_app
-from werkzeug.exceptions import HTTPException
 
 from geneva_drive import instrumentation
 from geneva_drive.dashboard.errors import REFUSALS, status_for
 from geneva_drive.dashboard.extensions import db
+from geneva_drive.logsafe import escape
 from geneva_drive.models import OperatorAction, utcnow
 from geneva_drive.serialization import compact_size, to_json_value
 from geneva_drive.workflow import Workflow
@@ -34,6 +43,12 @@ class ActionResult:
     ok: bool
     status: int
     message: str
+    #: The workflow did not exist (only when the caller asked for a result instead of a 404).
+    gone: bool = False
+
+    @property
+    def outcome(self) -> str:
+        return "done" if self.ok else ("gone" if self.gone else "refused")
 
 
 def parse_payload(text: str) -> Any:
@@ -46,6 +61,14 @@ def parse_payload(text: str) -> Any:
         raise ValueError(f"Payload (JSON) is not valid JSON: {exc}") from exc
     except RecursionError:
         raise ValueError("Payload (JSON) is nested too deeply.") from None
+    except ValueError:
+        # Python refuses to parse integers longer than sys.get_int_max_str_digits() (4,300
+        # digits by default: parsing them is quadratic); its own message would tell the
+        # operator to change an interpreter setting.
+        raise ValueError(
+            f"Payload (JSON) holds a number longer than {sys.get_int_max_str_digits():,} "
+            "digits; send such a value as a JSON string instead."
+        ) from None
 
 
 def _pause(wf: Workflow, params: dict[str, Any]) -> str:
@@ -169,8 +192,10 @@ def perform(
     *,
     audit_extra: dict[str, Any] | None = None,
     prepare: Callable[[], Any] | None = None,
+    missing_ok: bool = False,
 ) -> ActionResult:
-    """Run ``action`` on workflow ``workflow_id`` as ``actor``; 404 when it does not exist.
+    """Run ``action`` on workflow ``workflow_id`` as ``actor``; 404 when it does not exist
+    (with ``missing_ok``, a result with ``gone`` set instead: one id of a bulk action).
 
     ``prepare`` parses form input inside the refusal handling, so malformed input is a 400
     recorded like any other refusal.
@@ -178,7 +203,10 @@ def perform(
     params = dict(params or {})
     workflow = db.session.get(Workflow, workflow_id)
     if workflow is None:
-        abort(404, description=f"Workflow #{workflow_id} does not exist.")
+        message = f"Workflow #{workflow_id} does not exist."
+        if missing_ok:
+            return ActionResult(False, 404, message + " It was deleted meanwhile.", gone=True)
+        abort(404, description=message)
     from_state = workflow.state
     # Stamped with the time the action began, so in the timeline it precedes what it caused
     # (the execution resume_at creates, the step skip cancels).
@@ -202,9 +230,17 @@ def perform(
             actor, action, workflow_id, audit_params, from_state, from_state, "refused", message
         )
         db.session.commit()
-        log.info("Operator %s: %s on workflow %s refused: %s", actor, action, workflow_id, message)
+        log.info(
+            "Operator %s: %s on workflow %s refused: %s",
+            escape(actor),
+            action,
+            workflow_id,
+            escape(message),
+        )
         return ActionResult(False, status_for(exc), message)
-    log.info("Operator %s: %s on workflow %s: %s", actor, action, workflow_id, message)
+    log.info(
+        "Operator %s: %s on workflow %s: %s", escape(actor), action, workflow_id, escape(message)
+    )
     return ActionResult(True, 200, message)
 
 
@@ -214,13 +250,72 @@ class BulkResult:
     refused: int
     messages: list[str]
     audit_id: int
+    gone: int = 0
 
     @property
     def summary(self) -> str:
         text = f"{self.done} done"
         if self.refused:
             text += f", {self.refused} refused"
+        if self.gone:
+            text += f", {self.gone} no longer exist"
         return text + "."
+
+    @property
+    def result(self) -> str:
+        """The batch row's result: all done (or nothing left to do), some, or none."""
+        if not self.refused:
+            return "ok"
+        return "partial" if self.done else "refused"
+
+
+#: Ids per outcome a background batch row lists (its workflows' own audit rows hold the rest;
+#: the row is rewritten after every chunk, so it must stay small).
+BACKGROUND_IDS_LISTED = 1000
+
+
+@dataclass
+class _Tally:
+    """Outcomes of a bulk action so far: counts, and the ids of each outcome."""
+
+    counts: dict[str, int]
+    ids: dict[str, list[int]]
+    messages: list[str]
+    #: None: every id is listed (a bulk action under the cap).
+    listed: int | None = None
+
+    @classmethod
+    def new(cls, listed: int | None = None) -> _Tally:
+        outcomes = ("done", "refused", "gone")
+        return cls({o: 0 for o in outcomes}, {o: [] for o in outcomes}, [], listed)
+
+    def add(self, workflow_id: int, result: ActionResult) -> None:
+        self.counts[result.outcome] += 1
+        ids = self.ids[result.outcome]
+        if self.listed is None or len(ids) < self.listed:
+            ids.append(workflow_id)
+        if not result.ok and len(self.messages) < 10:
+            self.messages.append(f"#{workflow_id}: {result.message}")
+
+    def outcome(self, audit_id: int) -> BulkResult:
+        counts = self.counts
+        return BulkResult(
+            counts["done"], counts["refused"], self.messages, audit_id, counts["gone"]
+        )
+
+    def params(self) -> dict[str, Any]:
+        return {**self.counts, **{f"{name}_ids": ids for name, ids in self.ids.items()}}
+
+
+def _finish(batch_id: int, tally: _Tally, result: str, message: str, **extra: Any) -> None:
+    """Write the batch row's outcome in a transaction of its own."""
+    batch = db.session.get(OperatorAction, batch_id)
+    if batch is None:
+        return
+    batch.params = {**(batch.params or {}), **tally.params(), **extra}
+    batch.result = result
+    batch.message = _audit_text(message)
+    db.session.commit()
 
 
 def perform_bulk(
@@ -229,28 +324,34 @@ def perform_bulk(
     """Run ``action`` on each workflow, one transaction each, under one batch audit row.
 
     One transaction per workflow: a refusal on one (it changed state meanwhile) must not undo
-    the others. Each workflow also gets its own audit row, so the action shows in its timeline.
+    the others, and a workflow deleted meanwhile is "gone", not a 404 for the whole batch. Each
+    workflow also gets its own audit row, so the action shows in its timeline. Should anything
+    unexpected stop the loop, the batch row is still finished (``failed``, with what was done
+    so far) before the error goes on to the error page.
     """
     batch = _record(
         actor, f"bulk_{action}", None, {**params, **selection}, None, None, "running", ""
     )
     db.session.commit()
-    done = refused = 0
-    messages: list[str] = []
-    for workflow_id in ids:
-        result = perform(actor, workflow_id, action, params, audit_extra={"batch": batch.id})
-        if result.ok:
-            done += 1
-        else:
-            refused += 1
-            if len(messages) < 10:
-                messages.append(f"#{workflow_id}: {result.message}")
-    batch = db.session.get(OperatorAction, batch.id) or batch
-    batch.result = "ok" if not refused else ("partial" if done else "refused")
-    outcome = BulkResult(done, refused, messages, batch.id)
-    batch.message = outcome.summary
-    batch.params = {**(batch.params or {}), "count": len(ids), "done": done, "refused": refused}
-    db.session.commit()
+    batch_id = batch.id
+    tally = _Tally.new()
+    try:
+        for workflow_id in ids:
+            result = perform(
+                actor, workflow_id, action, params, audit_extra={"batch": batch_id}, missing_ok=True
+            )
+            tally.add(workflow_id, result)
+    except BaseException:
+        db.session.rollback()
+        done = tally.outcome(batch_id)
+        _finish(batch_id, tally, "failed", f"Stopped by an internal error after {done.summary}")
+        log.exception("Bulk %s (batch %s) failed", action, batch_id)
+        raise
+    outcome = tally.outcome(batch_id)
+    _finish(batch_id, tally, outcome.result, outcome.summary, count=len(ids))
+    log.info(
+        "Operator %s: bulk %s (batch %s): %s", escape(actor), action, batch_id, outcome.summary
+    )
     return outcome
 
 
@@ -287,7 +388,7 @@ def start_background_bulk(
 
     def run() -> None:
         with app.app_context():
-            done = refused = 0
+            tally = _Tally.new(listed=BACKGROUND_IDS_LISTED)
             before: int | None = None
             try:
                 while True:
@@ -295,23 +396,24 @@ def start_background_bulk(
                     if not ids:
                         break
                     for workflow_id in ids:
-                        try:
-                            result = perform(
-                                actor, workflow_id, action, params, audit_extra={"batch": batch_id}
-                            )
-                        except HTTPException:  # deleted meanwhile (housekeeping): not ours
-                            continue
-                        done, refused = done + result.ok, refused + (not result.ok)
+                        result = perform(
+                            actor,
+                            workflow_id,
+                            action,
+                            params,
+                            audit_extra={"batch": batch_id},
+                            missing_ok=True,  # deleted meanwhile (housekeeping): "gone"
+                        )
+                        tally.add(workflow_id, result)
                     before = ids[-1]
-                    _progress(batch_id, done, refused, "running", "Running in the background.")
-                outcome = "ok" if not refused else ("partial" if done else "refused")
-                summary = BulkResult(done, refused, [], batch_id).summary
-                _progress(batch_id, done, refused, outcome, summary)
+                    _finish(batch_id, tally, "running", "Running in the background.")
+                outcome = tally.outcome(batch_id)
+                _finish(batch_id, tally, outcome.result, outcome.summary)
             except Exception:
                 # The thread has no caller to re-raise to: record the failure where the
                 # operator is watching (the batch row), then log it with the traceback.
                 db.session.rollback()
-                _progress(batch_id, done, refused, "failed", "Stopped by an internal error.")
+                _finish(batch_id, tally, "failed", "Stopped by an internal error.")
                 log.exception("Background bulk %s (batch %s) failed", action, batch_id)
             finally:
                 db.session.remove()
@@ -320,13 +422,3 @@ def start_background_bulk(
     app.extensions.setdefault("geneva_bulk_threads", {})[batch_id] = thread
     thread.start()
     return batch_id
-
-
-def _progress(batch_id: int, done: int, refused: int, result: str, message: str) -> None:
-    batch = db.session.get(OperatorAction, batch_id)
-    if batch is None:
-        return
-    batch.params = {**(batch.params or {}), "done": done, "refused": refused}
-    batch.result = result
-    batch.message = message
-    db.session.commit()

@@ -112,10 +112,13 @@ def _search(q: str) -> Any:
 
 
 def _current_execution_in(*states: str, extra: Any = None) -> Any:
-    condition = and_(StepExecution.workflow_id == Workflow.id, StepExecution.state.in_(states))
+    # ``id IN (SELECT workflow_id … WHERE state …)``, not a correlated EXISTS: the executions
+    # side is what the index narrows ((state, scheduled_for), the in_progress index), and
+    # SQLite would run an EXISTS once per workflow row, walking the whole table to find 50.
+    condition: Any = StepExecution.state.in_(states)
     if extra is not None:
         condition = and_(condition, extra)
-    return exists(select(StepExecution.id).where(condition))
+    return Workflow.id.in_(select(StepExecution.workflow_id).where(condition))
 
 
 def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) -> Select[Any]:
@@ -133,13 +136,13 @@ def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) ->
     if filters.step:
         stmt = stmt.where(Workflow.next_step_name == filters.step)
     if filters.error:
-        # Uses the (workflow_id, state) index once per candidate row.
+        # The (error_class_name, state, workflow_id) index finds the failed executions of that
+        # error class; a correlated EXISTS would probe every workflow row instead.
         stmt = stmt.where(
-            exists(
-                select(StepExecution.id).where(
-                    StepExecution.workflow_id == Workflow.id,
-                    StepExecution.state == StepState.FAILED,
+            Workflow.id.in_(
+                select(StepExecution.workflow_id).where(
                     StepExecution.error_class_name == filters.error,
+                    StepExecution.state == StepState.FAILED,
                 )
             )
         )
@@ -183,7 +186,9 @@ def parse_id(value: Any) -> int | None:
     (``str.isdigit`` also accepts "²" or "٣", and a 30-digit number overflows the column.)
     """
     text = str(value if value is not None else "").strip().lstrip("#")
-    if not text or not (text.isascii() and text.isdigit()):
+    # More than 19 digits is past BIGINT anyway; int() of a 400,000-digit string would raise
+    # (Python's int_max_str_digits) instead of answering "no such id".
+    if not text or len(text) > 19 or not (text.isascii() and text.isdigit()):
         return None
     number = int(text)
     return number if number <= MAX_ID else None

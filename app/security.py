@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import Flask, Response, abort, request
+from flask import Flask, Response, abort, g, request
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.routing import IntegerConverter
+
+from geneva_drive.dashboard import urls
 
 CONTENT_SECURITY_POLICY = "; ".join(
     [
@@ -53,6 +55,11 @@ def add_headers(response: Response) -> Response:
     headers.setdefault("X-Content-Type-Options", "nosniff")
     headers.setdefault("X-Frame-Options", "DENY")
     headers.setdefault("Referrer-Policy", "same-origin")
+    if g.get("user") is not None and urls.current_endpoint() != "static":
+        # Pages for a signed-in user hold workflow data: no browser or proxy cache may keep
+        # them (the back button after logout, a shared machine, a caching proxy).
+        headers["Cache-Control"] = "no-store"
+        response.vary.add("Cookie")
     return response
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 from blinker import Namespace
 
+from geneva_drive.logsafe import escape
+
 _signals = Namespace()
 
 precondition_evaluated = _signals.signal("precondition.geneva_drive")
@@ -89,10 +91,27 @@ def report_error(error: BaseException, context: dict[str, Any]) -> None:
 
 
 class ContextAdapter(logging.LoggerAdapter[logging.Logger]):
-    """Prefixes log lines with workflow id, class, hero, step and execution id."""
+    """Prefixes log lines with workflow id, class, hero, step and execution id.
+
+    The hero id, the step name and text arguments (error messages, signal names) come from
+    outside the engine: they are escaped (:func:`geneva_drive.logsafe.escape`) so that none of
+    them can end the line and write a forged one after it.
+    """
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
         extra = self.extra or {}
-        prefix = " ".join(f"{k}={v}" for k, v in extra.items() if v is not None)
+        prefix = " ".join(f"{k}={escape(v)}" for k, v in extra.items() if v is not None)
         kwargs.setdefault("extra", {})["geneva_drive"] = dict(extra)
         return f"[{prefix}] {msg}", kwargs
+
+    def log(self, level: int, msg: Any, *args: Any, **kwargs: Any) -> None:
+        if not self.isEnabledFor(level):
+            return
+        safe = tuple(
+            escape(arg, ARG_LIMIT) if isinstance(arg, str | BaseException) else arg for arg in args
+        )
+        super().log(level, msg, *safe, **kwargs)
+
+
+#: Longest text argument an engine log line keeps (error messages can be long).
+ARG_LIMIT = 2000

@@ -56,6 +56,7 @@ ENGINE_TABLE_NAMES = frozenset(
         "geneva_drive_step_executions",
         "geneva_drive_signals",
         "geneva_drive_operator_actions",
+        "geneva_drive_dashboard_sessions",
     }
 )
 
@@ -190,6 +191,13 @@ class StepExecution(TimestampMixin, Base):
             "index_geneva_drive_step_executions_on_workflow_created", "workflow_id", "created_at"
         ),
         Index("index_geneva_drive_step_executions_on_workflow_state", "workflow_id", "state"),
+        # The dashboard's error filter (migration 0002): failed executions of one error class.
+        Index(
+            "index_geneva_drive_step_executions_on_error_class",
+            "error_class_name",
+            "state",
+            "workflow_id",
+        ),
         Index(
             "index_geneva_drive_step_executions_one_active",
             "workflow_id",
@@ -344,10 +352,25 @@ class OperatorAction(Base):
         return f"<OperatorAction id={self.id} {self.actor} {self.action} wf={self.workflow_id}>"
 
 
+class DashboardSessionGeneration(Base):
+    """Per dashboard login name: the generation of its sessions. Logging out bumps it, which
+    ends every session of that name issued before (each session cookie carries the generation
+    it was issued under), so a cookie copied before the logout no longer acts."""
+
+    __tablename__ = "geneva_drive_dashboard_sessions"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    generation: Mapped[int] = mapped_column(
+        BigInteger, nullable=False, default=0, server_default="0"
+    )
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, nullable=False)
+
+
 OUTCOMES = frozenset(o.value for o in Outcome)
 
 __all__ = [
     "Base",
+    "DashboardSessionGeneration",
     "JSONType",
     "OperatorAction",
     "Signal",

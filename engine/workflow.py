@@ -137,6 +137,8 @@ class Workflow(TimestampMixin, Base):
         Index("index_geneva_drive_workflows_on_state", "state", "id"),
         Index("index_geneva_drive_workflows_on_hero", "hero_type", "hero_id"),
         Index("index_geneva_drive_workflows_on_updated_at", "updated_at", "id"),
+        # The dashboard's step filter (migration 0002): no page view scans the table.
+        Index("index_geneva_drive_workflows_on_next_step", "next_step_name", "id"),
         Index(
             "index_geneva_drive_workflows_unique_ongoing",
             "type",

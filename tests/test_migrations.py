@@ -20,6 +20,7 @@ ENGINE_TABLES = {
     "geneva_drive_step_executions",
     "geneva_drive_signals",
     "geneva_drive_operator_actions",
+    "geneva_drive_dashboard_sessions",
 }
 
 
@@ -41,7 +42,7 @@ def test_upgrade_on_empty_database_matches_models(tmp_path):
         options = {
             "SQLALCHEMY_ENGINE_OPTIONS": {"connect_args": {"options": f"-csearch_path={schema}"}}
         }
-    app = create_app({"SQLALCHEMY_DATABASE_URI": url, **options})
+    app = create_app({"SQLALCHEMY_DATABASE_URI": url, **options}, require_secret_key=False)
     try:
         with app.app_context():
             upgrade()
@@ -131,7 +132,7 @@ def test_the_engine_history_keeps_its_own_version_table(bare_database):
     with bare_database.connect() as c:
         assert c.execute(text("SELECT version_num FROM alembic_version")).scalar() == "host_0007"
         ours = c.execute(text(f"SELECT version_num FROM {migrations.VERSION_TABLE}")).scalar()
-    assert ours == migrations.current(bare_database) == "0001"
+    assert ours == migrations.current(bare_database) == _head()
     assert set(inspect(bare_database).get_table_names()) >= ENGINE_TABLES
     migrations.upgrade(bare_database)  # a second run is a no-op
 
@@ -140,14 +141,24 @@ def test_a_0_1_database_moves_its_revision_to_the_engine_version_table(bare_data
     """0.1.0 recorded revision 0001 in the shared alembic_version: carried over, not re-run."""
     from geneva_drive import migrations
 
-    Base.metadata.create_all(bare_database, tables=[Base.metadata.tables[t] for t in ENGINE_TABLES])
-    with bare_database.begin() as c:
+    migrations.upgrade(bare_database, "0001")  # the schema 0.1.0 made ...
+    with bare_database.begin() as c:  # ... and where 0.1.0 recorded it
+        c.execute(text(f"DROP TABLE {migrations.VERSION_TABLE}"))
         c.execute(text("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)"))
         c.execute(text("INSERT INTO alembic_version VALUES ('0001')"))
     migrations.upgrade(bare_database)  # would fail creating existing tables if it re-ran 0001
     tables = set(inspect(bare_database).get_table_names())
     assert "alembic_version" not in tables
-    assert migrations.current(bare_database) == "0001"
+    assert migrations.current(bare_database) == _head()
+    assert tables >= ENGINE_TABLES
+
+
+def _head():
+    from alembic.script import ScriptDirectory
+
+    from geneva_drive import migrations
+
+    return ScriptDirectory(str(migrations.DIRECTORY)).get_current_head()
 
 
 def test_a_host_autogenerate_leaves_the_engine_tables_alone(bare_database):

@@ -8,6 +8,7 @@ show, and what the dashboard commits is what the test reads back.
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any, ClassVar
 
 import pytest
@@ -96,8 +97,12 @@ def app(app_factory):  # type: ignore[no-untyped-def]
 
 
 def login(client: Any, name: str) -> Any:
+    """``client`` signed in as ``name``: the session a real login makes (the login time bounds
+    its lifetime; the generation is the user's before any logout)."""
     with client.session_transaction() as session:
         session["geneva_drive.user"] = name
+        session["geneva_drive.iat"] = int(time.time())
+        session["geneva_drive.gen"] = 0
         session["geneva_drive.csrf"] = CSRF
     return client
 

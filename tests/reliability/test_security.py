@@ -183,8 +183,16 @@ def _login(client, name: str, password: str, addr: str = "203.0.113.5"):
     )
 
 
-def test_login_is_rate_limited_per_address_and_per_user(build):
-    app = build(LOGIN_MAX_FAILURES=3, LOGIN_WINDOW_SECONDS=60)
+def test_login_is_rate_limited_per_user_and_address(build):
+    """Per (user, address) first; then looser caps per user (from any address) and per
+    address (for any user). Issue 16 replaced the strict per-address and per-user limits,
+    which let five wrong passwords from anywhere lock the real user out."""
+    app = build(
+        LOGIN_MAX_FAILURES=3,
+        LOGIN_WINDOW_SECONDS=60,
+        LOGIN_MAX_FAILURES_PER_USER=6,
+        LOGIN_MAX_FAILURES_PER_ADDRESS=6,
+    )
     client = app.test_client()
     for _ in range(3):
         assert _login(client, "olga", "guess").status_code == 401
@@ -193,10 +201,18 @@ def test_login_is_rate_limited_per_address_and_per_user(build):
     assert 0 < int(blocked.headers["Retry-After"]) <= 60
     # Even the right password is refused while blocked: guessing gains nothing.
     assert _login(client, "olga", "olga-pw").status_code == 429
-    # The same address is blocked for other names too...
-    assert _login(client, "vic", "vic-pw").status_code == 429
-    # ...and the name is blocked from other addresses.
-    assert _login(client, "olga", "olga-pw", addr="198.51.100.7").status_code == 429
+    # Other names from the same address, and the same name from another address, go on...
+    assert _login(client, "vic", "vic-pw").status_code == 302
+    assert _login(client, "olga", "guess", addr="198.51.100.7").status_code == 401
+    # ...until the looser caps: 6 failures for olga from any address, 6 from one address.
+    for addr in ("198.51.100.8", "198.51.100.9"):
+        assert _login(client, "olga", "guess", addr=addr).status_code == 401
+    assert _login(client, "olga", "olga-pw", addr="198.51.100.10").status_code == 429
+    for name in ("ghost1", "ghost2", "ghost3"):
+        assert _login(client, name, "guess", addr="192.0.2.50").status_code == 401
+    for name in ("ghost4", "ghost5", "ghost6"):
+        assert _login(client, name, "guess", addr="192.0.2.50").status_code == 401
+    assert _login(client, "vic", "vic-pw", addr="192.0.2.50").status_code == 429
     # An unrelated user on an unrelated address logs in.
     assert _login(client, "vic", "vic-pw", addr="198.51.100.8").status_code == 302
 
