@@ -18,7 +18,7 @@ branch_labels = None
 depends_on = None
 
 
-def upgrade():
+def upgrade() -> None:
     with op.batch_alter_table('geneva_drive_workflows', schema=None) as batch_op:
         batch_op.create_index('index_geneva_drive_workflows_on_next_step', ['next_step_name', 'id'], unique=False)
 
@@ -26,7 +26,7 @@ def upgrade():
         batch_op.create_index('index_geneva_drive_step_executions_on_error_class', ['error_class_name', 'state', 'workflow_id'], unique=False)
 
 
-def downgrade():
+def downgrade() -> None:
     with op.batch_alter_table('geneva_drive_step_executions', schema=None) as batch_op:
         batch_op.drop_index('index_geneva_drive_step_executions_on_error_class')
 

@@ -16,7 +16,7 @@ branch_labels = None
 depends_on = None
 
 
-def upgrade():
+def upgrade() -> None:
     op.create_table('geneva_drive_dashboard_sessions',
     sa.Column('name', sa.String(length=255), nullable=False),
     sa.Column('generation', sa.BigInteger(), server_default='0', nullable=False),
@@ -25,5 +25,5 @@ def upgrade():
     )
 
 
-def downgrade():
+def downgrade() -> None:
     op.drop_table('geneva_drive_dashboard_sessions')
