@@ -303,16 +303,6 @@ def action_controls(
     ]
 
 
-def _ended_at(execution: StepExecution) -> datetime | None:
-    return (
-        execution.finished_at
-        or execution.completed_at
-        or execution.failed_at
-        or execution.canceled_at
-        or execution.skipped_at
-    )
-
-
 def execution_view(execution: StepExecution, attempt: int, now: datetime) -> ExecutionView:
     late_by = None
     if execution.started_at is not None and execution.started_at - execution.scheduled_for > (
@@ -334,7 +324,7 @@ def execution_view(execution: StepExecution, attempt: int, now: datetime) -> Exe
         outcome=execution.outcome,
         scheduled_for=execution.scheduled_for,
         started_at=execution.started_at,
-        ended_at=_ended_at(execution),
+        ended_at=execution.finished_at,
         duration=execution.duration_seconds,
         overdue=execution.is_overdue,
         late_by=late_by,

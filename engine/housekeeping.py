@@ -60,9 +60,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, scheduling
+from geneva_drive import db, scheduling, transitions
 from geneva_drive.config import settings
-from geneva_drive.executor import transition_step
 from geneva_drive.instrumentation import ContextAdapter, housekeeping_performed, report_error
 from geneva_drive.models import Signal, StepExecution, utcnow
 from geneva_drive.states import (
@@ -401,29 +400,25 @@ def _lock(session: Session, execution_id: int) -> tuple[Workflow, StepExecution]
 def _recover(session: Session, workflow: Workflow, execution: StepExecution, now: datetime) -> None:
     if is_terminal(workflow.state):
         # Nothing may run for a finished/canceled workflow; only close the orphan.
-        transition_step(execution, StepState.CANCELED, Outcome.RECOVERED)
+        transitions.cancel_execution(execution, Outcome.RECOVERED)
         return
     if settings.stuck_recovery_action == "cancel":
-        transition_step(execution, StepState.CANCELED, Outcome.RECOVERED)
-        workflow.state = WorkflowState.CANCELED
-        workflow.transitioned_at = now
-        workflow.current_step_name = None
+        transitions.cancel_execution(execution, Outcome.RECOVERED)
+        transitions.workflow_canceled(workflow)
         return
     if settings.stuck_recovery_action != "reattempt":
         raise ValueError(f"Unknown stuck_recovery_action: {settings.stuck_recovery_action}")
-    transition_step(execution, StepState.COMPLETED, Outcome.RECOVERED)
+    transitions.complete_execution(execution, Outcome.RECOVERED)
     if workflow.state == WorkflowState.PAUSED:
         # Paused while its worker died: resume() decides when the step runs again.
-        workflow.current_step_name = None
         return
-    workflow.state = WorkflowState.READY
+    transitions.workflow_ready(workflow)
     step_def = workflow.steps.named(execution.step_name)
     session.flush()
     if step_def is not None and step_def.resumable:
         scheduling.create_successor_execution(session, workflow, execution)
     else:
         scheduling.reschedule_current_step(session, workflow, current=execution.step_name)
-    workflow.current_step_name = None
 
 
 # --- 4. gauges -----------------------------------------------------------------------------

@@ -240,10 +240,9 @@ class StepExecution(TimestampMixin, Base):
     def duration_seconds(self) -> float | None:
         if self.started_at is None:
             return None
-        end = self.finished_at or self.completed_at or self.failed_at or self.canceled_at
-        if end is None:
+        if self.finished_at is None:
             return None
-        return (end - self.started_at).total_seconds()
+        return (self.finished_at - self.started_at).total_seconds()
 
     @property
     def step_definition(self) -> Any:

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 
-from geneva_drive import scheduling, signals, states
+from geneva_drive import scheduling, signals, states, transitions
 from geneva_drive.errors import InvalidStateError, StepNotDefinedError
-from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.models import StepExecution
 from geneva_drive.states import Outcome, StepState, WorkflowState
 
 if TYPE_CHECKING:
@@ -56,8 +56,7 @@ def pause(workflow: Workflow) -> None:
     _check("pause", workflow, states.can_pause(workflow.state))
     _locked(workflow)
     _check("pause", workflow, states.can_pause(workflow.state))
-    workflow.state = WorkflowState.PAUSED
-    workflow.transitioned_at = utcnow()
+    transitions.workflow_paused(workflow)
     scheduling.session_of(workflow).flush()
 
 
@@ -67,11 +66,8 @@ def cancel(workflow: Workflow) -> None:
     _check("cancel", workflow, states.can_cancel(workflow.state))
     current = scheduling.current_execution(session, workflow)
     if current is not None:
-        current.state = StepState.CANCELED
-        current.outcome = Outcome.CANCELED
-        current.canceled_at = utcnow()
-    workflow.state = WorkflowState.CANCELED
-    workflow.transitioned_at = utcnow()
+        transitions.cancel_execution(current)
+    transitions.workflow_canceled(workflow)
     session.flush()
 
 
@@ -81,9 +77,10 @@ def skip(workflow: Workflow) -> StepExecution | None:
     session = _locked(workflow)
     _check("skip", workflow, states.can_skip(workflow.state))
     if workflow.state == WorkflowState.PAUSED:
-        workflow.state = WorkflowState.READY
-        workflow.transitioned_at = None
-        running = _release_running(session, workflow, StepState.SKIPPED, Outcome.SKIPPED)
+        # The step it was on (next_step_name; a running step's name is cleared with the pause)
+        # is the one skipped: scheduling counts from it.
+        transitions.workflow_ready(workflow)
+        running = _release_running(session, workflow, StepState.SKIPPED)
         if running is not None:
             signals.settle_for_skipped(session, running)
         failed = session.scalars(
@@ -101,17 +98,13 @@ def skip(workflow: Workflow) -> StepExecution | None:
     else:
         current = scheduling.current_execution(session, workflow)
         if current is not None:
-            current.state = StepState.SKIPPED
-            current.outcome = Outcome.SKIPPED
-            current.skipped_at = utcnow()
+            transitions.skip_execution(current)
             session.flush()
             signals.settle_for_skipped(session, current)
     return scheduling.schedule_next_step(session, workflow)
 
 
-def _release_running(
-    session: Any, workflow: Workflow, state: str, outcome: str
-) -> StepExecution | None:
+def _release_running(session: Any, workflow: Workflow, state: str) -> StepExecution | None:
     """Close the execution of a paused workflow whose step body is still running.
 
     ``pause()`` may land while a step runs; moving the workflow on (``skip``, ``resume_at``)
@@ -130,13 +123,10 @@ def _release_running(
     ).first()
     if running is None:
         return None
-    now = utcnow()
-    running.state = state
-    running.outcome = outcome
     if state == StepState.SKIPPED:
-        running.skipped_at = now
+        transitions.skip_execution(running)
     else:
-        running.canceled_at = now
+        transitions.cancel_execution(running)
     session.flush()
     return running
 
@@ -160,15 +150,14 @@ def resume(workflow: Workflow) -> StepExecution | None:
         and workflow.steps.named(workflow.next_step_name) is None
     ):
         raise _stranded_error(workflow)
-    workflow.transitioned_at = None
     if current is not None and current.state == StepState.IN_PROGRESS:
         # Paused while its step ran, resumed before the step ended: the step is still running,
         # so the workflow goes back to performing and the step's result is applied as usual.
         # (Ready here would make finalize discard the result and leave nothing scheduled.)
-        workflow.state = WorkflowState.PERFORMING
+        transitions.workflow_performing(workflow, current.step_name)
         session.flush()
         return current
-    workflow.state = WorkflowState.READY
+    transitions.workflow_ready(workflow)
     if current is not None:
         if current.state == StepState.WAITING:
             signals.rendezvous_waiting(session, workflow, current)
@@ -281,10 +270,8 @@ def resume_at(
     if target is not type(workflow):
         _check_slot_free(session, workflow, target)
         workflow.type = target.workflow_name
-    _release_running(session, workflow, StepState.CANCELED, Outcome.CANCELED)
-    workflow.state = WorkflowState.READY
-    workflow.current_step_name = None
-    workflow.transitioned_at = None
+    _release_running(session, workflow, StepState.CANCELED)
+    transitions.workflow_ready(workflow)
     return scheduling.create_step_execution(session, workflow, step_def, None)
 
 

@@ -4,13 +4,17 @@ Every other module (executor, flow control, housekeeping, dispatcher, dashboard 
 asks this module whether a state is ongoing, terminal or active, and which transitions are
 legal. Nothing here touches the database.
 
-Workflow states (geneva_drive ``WORKFLOW_TRANSITIONS``)::
+Workflow states (``WORKFLOW_TRANSITIONS``)::
 
     ready ──▶ performing ──▶ ready ...        (one step after another)
       │            │
-      ├──▶ paused ◀┤          (operator or exception policy; resume() goes back to ready)
+      ├──▶ paused ◀┤          (operator or exception policy)
       ├──▶ finished ◀┤        (terminal)
       └──▶ canceled ◀┘        (terminal)
+
+    paused ──▶ ready          (resume(), skip(), resume_at(), reattempt())
+    paused ──▶ performing     (resume() while the paused step's body still runs)
+    paused ──▶ canceled       (cancel(); housekeeping recovering a stuck step with "cancel")
 
 Step execution states (``STEP_TRANSITIONS``)::
 
@@ -25,6 +29,9 @@ from __future__ import annotations
 from enum import StrEnum
 
 from geneva_drive.errors import InvalidStateTransition
+
+# The functions that perform these transitions, with their bookkeeping, are in
+# geneva_drive.transitions; this module only says what exists and what is legal.
 
 
 class WorkflowState(StrEnum):
@@ -109,7 +116,11 @@ WORKFLOW_TRANSITIONS: dict[str, frozenset[str]] = {
             WorkflowState.FINISHED,
         }
     ),
-    WorkflowState.PAUSED: frozenset(),
+    # The gem's executor table has no exit from paused; its operator methods leave it
+    # outside the table. Here every writer goes through the table, so it says what they do.
+    WorkflowState.PAUSED: frozenset(
+        {WorkflowState.READY, WorkflowState.PERFORMING, WorkflowState.CANCELED}
+    ),
     WorkflowState.FINISHED: frozenset(),
     WorkflowState.CANCELED: frozenset(),
 }
@@ -142,7 +153,8 @@ STEP_TRANSITIONS: dict[str, frozenset[str]] = {
     StepState.SKIPPED: frozenset(),
 }
 
-#: The timestamp column the executor's step transition writes for each new state.
+#: The timestamp column a step transition writes for each new state (plus ``finished_at`` for
+#: every state in FINAL_STEP_STATES).
 STEP_STATE_TIMESTAMP: dict[str, str] = {
     StepState.IN_PROGRESS: "started_at",
     StepState.COMPLETED: "completed_at",
@@ -194,7 +206,7 @@ def is_runnable(state: str) -> bool:
 
 
 def check_workflow_transition(old: str, new: str) -> bool:
-    """Validate an executor-driven workflow transition.
+    """Validate a workflow transition (geneva_drive.transitions performs it).
 
     Returns False for a same-state transition (a silent no-op, as in the gem) and True when
     the state should change. Raises :class:`InvalidStateTransition` otherwise.
@@ -207,9 +219,16 @@ def check_workflow_transition(old: str, new: str) -> bool:
 
 
 def check_step_transition(old: str, new: str) -> None:
-    """Validate an executor-driven step-execution transition (no same-state shortcut)."""
+    """Validate a step-execution transition (no same-state shortcut)."""
     if new not in STEP_TRANSITIONS.get(old, frozenset()):
         raise InvalidStateTransition(f"Cannot transition step execution from '{old}' to '{new}'")
+
+
+def is_still_running(workflow_state: str, execution_state: str) -> bool:
+    """True while a step body may go on: its execution is in progress and the workflow is
+    performing it. A resumable step asks this at every checkpoint; once an operator paused,
+    skipped, canceled or resumed the workflow elsewhere it is False and the body stops."""
+    return execution_state == StepState.IN_PROGRESS and workflow_state == WorkflowState.PERFORMING
 
 
 # Operator predicates: the dashboard's buttons and the flow-control methods ask these, so the

@@ -47,6 +47,7 @@ from geneva_drive.states import (
     is_ongoing,
 )
 from geneva_drive.steps import StepCollection, StepDefinition, StepSpec, build_definition
+from geneva_drive.transitions import new_workflow_columns, point_at
 
 if TYPE_CHECKING:
     from geneva_drive.models import OperatorAction  # noqa: F401
@@ -241,7 +242,7 @@ class Workflow(TimestampMixin, Base):
                 f"{cls.__name__}.create(): create a registered Workflow subclass, not {cls.__name__}"
             )
         session = _resolve_session(session, hero)
-        workflow = cls(state=WorkflowState.READY, allow_multiple=bool(allow_multiple))
+        workflow = cls(**new_workflow_columns(), allow_multiple=bool(allow_multiple))
         if hero is not None:
             _hero_identity_ready(session, hero)
         workflow.hero = hero
@@ -268,7 +269,7 @@ class Workflow(TimestampMixin, Base):
         first = cls.steps.next_after(None)
         if first is not None:
             # Written with the INSERT, so scheduling the first step only inserts its execution.
-            workflow.next_step_name = first.name
+            point_at(workflow, first.name)
         try:
             # Inserted inside the savepoint: on a unique-index violation (a race) its rollback
             # leaves the caller's transaction usable, and the object never joined the session.
@@ -321,12 +322,15 @@ class Workflow(TimestampMixin, Base):
         names = [s.name for s in cls.steps.removed]
         if not names:
             return {}
+        # From ``cls`` itself, as ongoing() does: the mapper adds its polymorphic filter, so a
+        # subclass that inherits the gravestone counts too ({} means "drained, delete the
+        # gravestone", which would strand the subclass's workflows).
         rows = session.execute(
             select(StepExecution.step_name, func.count())
-            .join(Workflow, Workflow.id == StepExecution.workflow_id)
+            .select_from(cls)
+            .join(StepExecution, StepExecution.workflow_id == cls.id)
             .where(
-                Workflow.type == cls.workflow_name,
-                Workflow.state.not_in(list(TERMINAL_WORKFLOW_STATES)),
+                cls.state.not_in(list(TERMINAL_WORKFLOW_STATES)),
                 StepExecution.step_name.in_(names),
             )
             .group_by(StepExecution.step_name)
