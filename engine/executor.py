@@ -32,6 +32,7 @@ from geneva_drive.config import settings
 from geneva_drive.errors import StepConfigurationError, StepNotDefinedError
 from geneva_drive.flow_control import FlowAction, FlowControlSignal, Interrupt
 from geneva_drive.instrumentation import ContextAdapter, instrument, report_error
+from geneva_drive.iteration import IterableStep
 from geneva_drive.models import Signal, StepExecution
 from geneva_drive.policies import PolicyResult, resolution_stack
 from geneva_drive.states import (
@@ -526,8 +527,6 @@ class Executor:
                     step_def.run(workflow)
                     result = Completed()
                 else:
-                    from geneva_drive.iteration import IterableStep
-
                     iterable = IterableStep(step_def.name, execution, executor=self)
                     try:
                         step_def.run(workflow, iterable)

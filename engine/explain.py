@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from geneva_drive import scheduling
 from geneva_drive.config import settings
 from geneva_drive.models import OperatorAction, StepExecution, utcnow
 from geneva_drive.states import (
@@ -90,8 +91,6 @@ def _load_facts(session: Session, workflows: list[Workflow]) -> _Facts:
 
 def why_waiting(workflow: Workflow, now: datetime | None = None) -> str:
     """The line for one workflow (it must be attached to a session)."""
-    from geneva_drive import scheduling
-
     session = scheduling.session_of(workflow)
     return _line(workflow, _load_facts(session, [workflow]), now or utcnow())
 

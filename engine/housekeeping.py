@@ -60,7 +60,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, scheduling, transitions
+from geneva_drive import db, metrics, scheduling, transitions
 from geneva_drive.config import settings
 from geneva_drive.instrumentation import ContextAdapter, housekeeping_performed, report_error
 from geneva_drive.models import Signal, StepExecution, utcnow
@@ -430,8 +430,6 @@ def report_gauges(now: datetime) -> None:
     The counts come from :func:`geneva_drive.metrics.collect`, the same grouped queries that
     ``/metrics`` and the dashboard overview read, so the three can never disagree.
     """
-    from geneva_drive import metrics
-
     with db.new_session() as session:
         snapshot = metrics.collect(session, now)
     metrics.report_gauges(snapshot)

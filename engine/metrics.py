@@ -56,10 +56,11 @@ from typing import Any
 from sqlalchemy import Engine, case, func, select, text
 from sqlalchemy.orm import Session
 
-from geneva_drive import db
+from geneva_drive import db, metrics_facade
 from geneva_drive.config import settings
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.states import RUNNABLE_WORKFLOW_STATES, StepState, WorkflowState
+from geneva_drive.workflow import Workflow
 
 #: How long a snapshot is served from the cache (Prometheus scrapes every 15 to 60 s).
 CACHE_SECONDS = 5.0
@@ -238,8 +239,6 @@ _se = StepExecution.__table__
 
 
 def _workflows_table() -> Any:
-    from geneva_drive.workflow import Workflow
-
     return Workflow.__table__
 
 
@@ -457,8 +456,6 @@ def report_gauges(snapshot: MetricsSnapshot, set_gauge: GaugeSetter | None = Non
     ``geneva_drive.waiting_overdue`` (total and per class with overdue waiters).
     """
     if set_gauge is None:
-        from geneva_drive import metrics_facade
-
         set_gauge = metrics_facade.set_gauge
     for state, total in snapshot.state_totals.items():
         if total:

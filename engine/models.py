@@ -31,7 +31,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from geneva_drive.states import Outcome, SignalState, StepState
+from geneva_drive.serialization import deserialize, serialize_cursor
+from geneva_drive.states import CURRENT_STEP_STATES, Outcome, SignalState, StepState
 
 if TYPE_CHECKING:
     from geneva_drive.workflow import Workflow
@@ -212,14 +213,10 @@ class StepExecution(TimestampMixin, Base):
     @property
     def cursor_value(self) -> Any:
         """The deserialized cursor (dates, datetimes, UUIDs and decimals come back typed)."""
-        from geneva_drive.serialization import deserialize
-
         return deserialize(self.cursor)
 
     @cursor_value.setter
     def cursor_value(self, value: Any) -> None:
-        from geneva_drive.serialization import serialize_cursor
-
         self.cursor = serialize_cursor(value)
 
     @property
@@ -232,8 +229,6 @@ class StepExecution(TimestampMixin, Base):
 
     @property
     def is_active(self) -> bool:
-        from geneva_drive.states import CURRENT_STEP_STATES
-
         return self.state in CURRENT_STEP_STATES
 
     @property
@@ -296,8 +291,6 @@ class Signal(TimestampMixin, Base):
 
     @property
     def payload(self) -> Any:
-        from geneva_drive.serialization import deserialize
-
         return deserialize(self.payload_json)
 
     @property
@@ -341,16 +334,6 @@ __all__ = [
     "Signal",
     "StepExecution",
     "UTCDateTime",
-    "Workflow",
     "func",
     "utcnow",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # ``from geneva_drive.models import Workflow`` works without a circular import at module load.
-    if name == "Workflow":
-        from geneva_drive.workflow import Workflow
-
-        return Workflow
-    raise AttributeError(name)

@@ -10,11 +10,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import class_mapper
 
-from geneva_drive import scheduling, signals, states, transitions
-from geneva_drive.errors import InvalidStateError, StepNotDefinedError
+from geneva_drive import registry, scheduling, signals, states, transitions
+from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepNotDefinedError
 from geneva_drive.models import StepExecution
-from geneva_drive.states import Outcome, StepState, WorkflowState
+from geneva_drive.states import TERMINAL_WORKFLOW_STATES, Outcome, StepState, WorkflowState
 
 if TYPE_CHECKING:
     from geneva_drive.workflow import Workflow
@@ -275,23 +276,26 @@ def resume_at(
     return scheduling.create_step_execution(session, workflow, step_def, None)
 
 
-def _target_class(workflow: Workflow, workflow_class: type[Workflow] | str | None) -> Any:
-    from geneva_drive.workflow import Workflow as BaseWorkflow
-    from geneva_drive.workflow import registered_workflows
+def _base_class(workflow: Workflow) -> Any:
+    """The mapped ``Workflow`` base, which rows of an unknown class load as (the single-table
+    inheritance root; found through the mapper, so operations need not import the DSL)."""
+    return class_mapper(type(workflow)).base_mapper.class_
 
+
+def _target_class(workflow: Workflow, workflow_class: type[Workflow] | str | None) -> Any:
     if workflow_class is None:
         return type(workflow)
-    registry = registered_workflows()
+    known = registry.registered_workflows()
     if isinstance(workflow_class, str):
-        target = registry.get(workflow_class)
+        target = known.get(workflow_class)
     else:
-        target = workflow_class if workflow_class in registry.values() else None
+        target = workflow_class if workflow_class in known.values() else None
     if target is None:
         raise ValueError(
             f"resume_at(workflow_class={workflow_class!r}): not a registered workflow class; "
-            f"known: {', '.join(sorted(registry)) or '(none)'}"
+            f"known: {', '.join(sorted(known)) or '(none)'}"
         )
-    if target is not type(workflow) and type(workflow) is not BaseWorkflow:
+    if target is not type(workflow) and type(workflow) is not _base_class(workflow):
         raise InvalidStateError(
             f"Cannot move {_label(workflow)} to {target.__name__}: only a workflow whose class no "
             "longer exists can be resumed at a step of another class."
@@ -301,10 +305,7 @@ def _target_class(workflow: Workflow, workflow_class: type[Workflow] | str | Non
 
 def _check_slot_free(session: Any, workflow: Workflow, target: Any) -> None:
     """Moving onto ``target`` must not give a hero two ongoing workflows of one class."""
-    from geneva_drive.errors import DuplicateWorkflowError
-    from geneva_drive.states import TERMINAL_WORKFLOW_STATES
-    from geneva_drive.workflow import Workflow as BaseWorkflow
-
+    BaseWorkflow = _base_class(workflow)
     if workflow.allow_multiple or workflow.hero_type is None:
         return
     existing = session.scalar(

@@ -16,6 +16,7 @@ from datetime import timedelta
 from typing import Any
 
 from geneva_drive.config import to_timedelta
+from geneva_drive.errors import StepConfigurationError
 from geneva_drive.flow_control import FlowControlSignal
 
 log = logging.getLogger("geneva_drive.policies")
@@ -303,8 +304,6 @@ def step_policy_from_option(
 
     Raises StepConfigurationError with the gem's messages, naming the step.
     """
-    from geneva_drive.errors import StepConfigurationError
-
     policy_like = isinstance(on_exception, ExceptionPolicy | list | tuple) or (
         callable(on_exception) and not isinstance(on_exception, str)
     )

@@ -13,14 +13,15 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
 from geneva_drive import db, persistence, transitions
 from geneva_drive.compiled import Compiled
 from geneva_drive.config import settings
+from geneva_drive.errors import StepNotDefinedError
 from geneva_drive.job_options import merge
 from geneva_drive.models import StepExecution, utcnow
-from geneva_drive.states import STRAY_STEP_STATES
+from geneva_drive.states import CURRENT_STEP_STATES, STRAY_STEP_STATES
 from geneva_drive.transport import Message, new_job_id, queue_message
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 
 def session_of(workflow: Workflow) -> Session:
-    from sqlalchemy.orm import object_session
-
     session = object_session(workflow)
     if session is None:
         raise RuntimeError(
@@ -60,8 +59,6 @@ def lock_execution(session: Session, execution: StepExecution) -> StepExecution:
 
 
 def current_execution(session: Session, workflow: Workflow) -> StepExecution | None:
-    from geneva_drive.states import CURRENT_STEP_STATES
-
     return session.scalars(
         select(StepExecution)
         .where(
@@ -276,8 +273,6 @@ def reschedule_current_step(
     name = reference_step_name(workflow, current)
     step_def = workflow.steps.named(name)
     if step_def is None:
-        from geneva_drive.errors import StepNotDefinedError
-
         raise StepNotDefinedError(
             f"Cannot reschedule {type(workflow).__name__} #{workflow.id}: step '{name}' is not "
             f"defined in {type(workflow).__name__}",
