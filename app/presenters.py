@@ -16,8 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from geneva_drive import states
-from geneva_drive.config import settings
+from geneva_drive import lateness, states
 from geneva_drive.dashboard import queries
 from geneva_drive.dashboard.auth import DashboardUser
 from geneva_drive.dashboard.formatting import duration
@@ -134,15 +133,12 @@ def _badges(workflow: Workflow, current: StepExecution | None, now: datetime) ->
         return badges
     if current.state == StepState.WAITING:
         badges.append(Badge("waiting", "wait"))
-        threshold = settings.waiting_visibility_threshold
-        since = current.waiting_since or current.created_at
-        if threshold is not None and since < now - threshold:
+        if lateness.is_waiting_too_long(current, now):
             badges.append(Badge("waiting too long", "bad"))
-    elif current.state == StepState.SCHEDULED and current.scheduled_for < now:
+    elif lateness.is_overdue(current, now):
         badges.append(Badge("overdue", "bad"))
-    elif current.state == StepState.IN_PROGRESS and current.started_at is not None:
-        if current.started_at < now - settings.stuck_in_progress_threshold:
-            badges.append(Badge("stuck", "bad"))
+    elif current.state == StepState.IN_PROGRESS and lateness.is_stuck(current, now):
+        badges.append(Badge("stuck", "bad"))
     return badges
 
 
@@ -309,12 +305,7 @@ def execution_view(execution: StepExecution, attempt: int, now: datetime) -> Exe
         LATE_START
     ):
         late_by = execution.started_at - execution.scheduled_for
-    threshold = settings.waiting_visibility_threshold
-    waiting_too_long = (
-        execution.state == StepState.WAITING
-        and threshold is not None
-        and (execution.waiting_since or execution.created_at) < now - threshold
-    )
+    waiting_too_long = lateness.is_waiting_too_long(execution, now)
     metadata = {k: v for k, v in (execution.metadata_ or {}).items() if k != "exception"}
     return ExecutionView(
         id=execution.id,
@@ -326,7 +317,7 @@ def execution_view(execution: StepExecution, attempt: int, now: datetime) -> Exe
         started_at=execution.started_at,
         ended_at=execution.finished_at,
         duration=execution.duration_seconds,
-        overdue=execution.is_overdue,
+        overdue=lateness.is_overdue(execution, now),
         late_by=late_by,
         waiting_since=execution.waiting_since,
         waiting_too_long=waiting_too_long,
@@ -587,7 +578,6 @@ class WaiterGroup:
 def waiter_groups(rows: list[tuple[StepExecution, Workflow]]) -> list[WaiterGroup]:
     """Parked executions grouped by the signal their step waits for (from the step definition)."""
     now = utcnow()
-    threshold = settings.waiting_visibility_threshold
     groups: dict[str, list[Waiter]] = {}
     for execution, workflow in rows:
         definition = workflow.steps.named(execution.step_name)
@@ -603,7 +593,7 @@ def waiter_groups(rows: list[tuple[StepExecution, Workflow]]) -> list[WaiterGrou
                 hero_id=workflow.hero_id,
                 step_name=execution.step_name,
                 waiting_since=since,
-                overdue=threshold is not None and since < now - threshold,
+                overdue=lateness.is_waiting_too_long(execution, now),
             )
         )
     return [WaiterGroup(name, waiters) for name, waiters in sorted(groups.items())]

@@ -21,7 +21,7 @@ from flask import current_app
 from sqlalchemy import Select, and_, exists, func, or_, select
 from sqlalchemy.orm import Session, aliased
 
-from geneva_drive.config import settings
+from geneva_drive import lateness
 from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
 from geneva_drive.states import ONGOING_WORKFLOW_STATES, StepState, WorkflowState
 from geneva_drive.workflow import Workflow, registered_workflows, workflow_class
@@ -111,7 +111,9 @@ def _search(q: str) -> Any:
 
 
 def _current_execution_in(*states: str, extra: Any = None) -> Any:
-    condition = and_(StepExecution.workflow_id == Workflow.id, StepExecution.state.in_(states))
+    condition = StepExecution.workflow_id == Workflow.id
+    if states:
+        condition = and_(condition, StepExecution.state.in_(states))
     if extra is not None:
         condition = and_(condition, extra)
     return exists(select(StepExecution.id).where(condition))
@@ -148,18 +150,13 @@ def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) ->
         stmt = stmt.where(_stranded_on(filters.cls, filters.stranded))
     if filters.due == "overdue":
         stmt = stmt.where(
-            Workflow.state.in_([WorkflowState.READY, WorkflowState.PERFORMING]),
-            _current_execution_in(StepState.SCHEDULED, extra=StepExecution.scheduled_for < now),
+            Workflow.state.in_(sorted(lateness.OVERDUE_WORKFLOW_STATES)),
+            _current_execution_in(extra=lateness.overdue_condition(now)),
         )
     elif filters.due == "waiting":
         stmt = stmt.where(_current_execution_in(StepState.WAITING))
     elif filters.due == "stuck":
-        stmt = stmt.where(
-            _current_execution_in(
-                StepState.IN_PROGRESS,
-                extra=StepExecution.started_at < now - settings.stuck_in_progress_threshold,
-            )
-        )
+        stmt = stmt.where(_current_execution_in(extra=lateness.stuck_in_progress_condition(now)))
     return stmt
 
 
@@ -320,9 +317,9 @@ def overview(session: Session) -> Overview:
             select(StepExecution.id)
             .join(Workflow, Workflow.id == StepExecution.workflow_id)
             .where(
-                StepExecution.state == StepState.SCHEDULED,
-                StepExecution.scheduled_for < now - settings.stuck_scheduled_threshold,
-                Workflow.state.in_([WorkflowState.READY, WorkflowState.PERFORMING]),
+                lateness.stuck_scheduled_condition(now),
+                # What housekeeping recovers: every workflow's but a paused one's.
+                Workflow.state != lateness.NOT_STUCK_WORKFLOW_STATE,
             )
         )
         return Overview(

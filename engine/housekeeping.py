@@ -60,9 +60,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, metrics, scheduling, transitions
+from geneva_drive import db, lateness, metrics, scheduling, transitions
 from geneva_drive.config import settings
 from geneva_drive.instrumentation import ContextAdapter, housekeeping_performed, report_error
+from geneva_drive.lateness import is_stuck
 from geneva_drive.models import Signal, StepExecution, utcnow
 from geneva_drive.states import (
     TERMINAL_WORKFLOW_STATES,
@@ -291,16 +292,14 @@ def _stuck_ids(state: str, now: datetime, excluded: set[int], newest: int) -> li
     batch = settings.housekeeping_batch_size
     if state == StepState.IN_PROGRESS:
         column = StepExecution.started_at
-        cutoff = now - settings.stuck_in_progress_threshold
+        stuck = lateness.stuck_in_progress_condition(now)
     else:
         column = StepExecution.scheduled_for
-        cutoff = now - settings.stuck_scheduled_threshold
-    query = select(StepExecution.id).where(
-        StepExecution.state == state, column < cutoff, StepExecution.id <= newest
-    )
+        stuck = lateness.stuck_scheduled_condition(now)
+    query = select(StepExecution.id).where(stuck, StepExecution.id <= newest)
     if state == StepState.SCHEDULED:
         query = query.join(Workflow, Workflow.id == StepExecution.workflow_id).where(
-            Workflow.state != WorkflowState.PAUSED
+            Workflow.state != lateness.NOT_STUCK_WORKFLOW_STATE
         )
     if excluded:
         query = query.where(StepExecution.id.not_in(sorted(excluded)))
@@ -357,16 +356,6 @@ def recover_execution(execution_id: int, now: datetime | None = None) -> bool:
         raise
     finally:
         session.close()
-
-
-def is_stuck(execution: StepExecution, now: datetime) -> bool:
-    """The sweeps' definition of stuck, for one row (re-checked under the lock)."""
-    if execution.state == StepState.IN_PROGRESS:
-        started = execution.started_at
-        return started is not None and started < now - settings.stuck_in_progress_threshold
-    if execution.state == StepState.SCHEDULED:
-        return execution.scheduled_for < now - settings.stuck_scheduled_threshold
-    return False
 
 
 def _lock(session: Session, execution_id: int) -> tuple[Workflow, StepExecution] | None:

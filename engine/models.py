@@ -32,7 +32,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
 from geneva_drive.serialization import deserialize, serialize_cursor
-from geneva_drive.states import CURRENT_STEP_STATES, Outcome, SignalState, StepState
+from geneva_drive.states import CURRENT_STEP_STATES, Outcome, SignalState, StepState, is_overdue
 
 if TYPE_CHECKING:
     from geneva_drive.workflow import Workflow
@@ -225,7 +225,7 @@ class StepExecution(TimestampMixin, Base):
 
     @property
     def is_overdue(self) -> bool:
-        return self.state == StepState.SCHEDULED and self.scheduled_for < utcnow()
+        return is_overdue(self.state, self.scheduled_for, utcnow())
 
     @property
     def is_active(self) -> bool:

@@ -26,6 +26,7 @@ Step execution states (``STEP_TRANSITIONS``)::
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
 from geneva_drive.errors import InvalidStateTransition
@@ -231,6 +232,11 @@ def is_still_running(workflow_state: str, execution_state: str) -> bool:
     return execution_state == StepState.IN_PROGRESS and workflow_state == WorkflowState.PERFORMING
 
 
+def is_overdue(state: str, scheduled_for: datetime, now: datetime) -> bool:
+    """A scheduled execution past its ``scheduled_for`` (engine/lateness.py: what counts)."""
+    return state == StepState.SCHEDULED and scheduled_for < now
+
+
 # Operator predicates: the dashboard's buttons and the flow-control methods ask these, so the
 # rules of reference §5 live in exactly one place.
 
@@ -239,7 +245,7 @@ def can_pause(state: str) -> bool:
     # The gem allows only ready. We also let an operator pause a performing workflow: the
     # running step is not killed; a resumable step stops at its next checkpoint (outcome
     # workflow_paused), an ordinary step's result is discarded and the step runs again on resume.
-    return state in (WorkflowState.READY, WorkflowState.PERFORMING)
+    return state in RUNNABLE_WORKFLOW_STATES
 
 
 def can_resume(state: str) -> bool:
@@ -247,7 +253,7 @@ def can_resume(state: str) -> bool:
 
 
 def can_cancel(state: str) -> bool:
-    return state in (WorkflowState.READY, WorkflowState.PERFORMING, WorkflowState.PAUSED)
+    return state in ONGOING_WORKFLOW_STATES
 
 
 def can_skip(state: str) -> bool:
