@@ -24,33 +24,37 @@ from geneva_drive.dashboard.queries import is_stranded_step
 from geneva_drive.explain import why_waiting_many
 from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
 from geneva_drive.signal_matcher import matcher_name
-from geneva_drive.states import CURRENT_STEP_STATES, StepState
+from geneva_drive.states import BULK_OPERATIONS, CURRENT_STEP_STATES, Operation, StepState
 from geneva_drive.steps import StepDefinition
 from geneva_drive.workflow import Workflow, workflow_class
 
 #: The visible label of each operator action (DASHBOARD.md, exact text).
-ACTION_LABELS = {
-    "pause": "Pause",
-    "resume": "Resume",
-    "skip": "Skip",
-    "cancel": "Cancel",
-    "reattempt": "Reattempt",
-    "resume_at": "Resume at",
-    "signal": "Send signal",
+ACTION_LABELS: dict[str, str] = {
+    Operation.PAUSE: "Pause",
+    Operation.RESUME: "Resume",
+    Operation.SKIP: "Skip",
+    Operation.CANCEL: "Cancel",
+    Operation.REATTEMPT: "Reattempt",
+    Operation.RESUME_AT: "Resume at",
+    Operation.SIGNAL: "Send signal",
 }
-#: The bulk actions and their labels; ``verb`` completes "N workflows will be …".
-BULK_ACTIONS = {
-    "pause": ("Pause selected", "paused"),
-    "resume": ("Resume selected", "resumed"),
-    "cancel": ("Cancel selected", "canceled"),
-    "resume_at": ("Resume selected at", "resumed at the chosen step"),
+_BULK_LABELS: dict[str, tuple[str, str]] = {
+    Operation.PAUSE: ("Pause selected", "paused"),
+    Operation.RESUME: ("Resume selected", "resumed"),
+    Operation.CANCEL: ("Cancel selected", "canceled"),
+    Operation.RESUME_AT: ("Resume selected at", "resumed at the chosen step"),
 }
+#: The bulk actions (the engine's BULK_OPERATIONS, in its order) and their labels; ``verb``
+#: completes "N workflows will be …". The bulk bar's buttons are rendered from this.
+BULK_ACTIONS: dict[str, tuple[str, str]] = {op: _BULK_LABELS[op] for op in BULK_OPERATIONS}
+#: Bulk actions whose button is styled as dangerous.
+DANGEROUS_BULK_ACTIONS = frozenset({Operation.CANCEL})
 #: Actions that throw work away or jump in the plan ask for confirmation first.
-CONFIRM_QUESTIONS = {
-    "skip": "Skip the current step of workflow #{id}? It will not run.",
-    "cancel": "Cancel workflow #{id}? A canceled workflow never runs again.",
-    "reattempt": "Run the current step of workflow #{id} again now?",
-    "resume_at": "Resume workflow #{id} at the chosen step? Steps in between will not run.",
+CONFIRM_QUESTIONS: dict[str, str] = {
+    Operation.SKIP: "Skip the current step of workflow #{id}? It will not run.",
+    Operation.CANCEL: "Cancel workflow #{id}? A canceled workflow never runs again.",
+    Operation.REATTEMPT: "Run the current step of workflow #{id} again now?",
+    Operation.RESUME_AT: "Resume workflow #{id} at the chosen step? Steps in between will not run.",
 }
 #: A start later than this after ``scheduled_for`` is shown as a late start.
 LATE_START = timedelta(minutes=1)

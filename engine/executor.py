@@ -30,7 +30,7 @@ from geneva_drive import db, persistence, scheduling, signals
 from geneva_drive.compiled import Compiled
 from geneva_drive.config import settings
 from geneva_drive.errors import StepConfigurationError, StepNotDefinedError
-from geneva_drive.flow_control import FlowAction, FlowControlSignal, Interrupt
+from geneva_drive.flow_control import FlowAction, FlowInterrupt, Interrupt
 from geneva_drive.instrumentation import ContextAdapter, instrument, report_error
 from geneva_drive.iteration import IterableStep
 from geneva_drive.models import Signal, StepExecution
@@ -92,7 +92,7 @@ class Captured:
     error: Exception
 
 
-Result = Completed | Interruption | Captured | FlowControlSignal
+Result = Completed | Interruption | Captured | FlowInterrupt
 
 
 def execute(
@@ -533,7 +533,7 @@ class Executor:
                         result = Completed()
                     except Interrupt as interrupt:
                         result = Interruption(interrupt.wait)
-            except FlowControlSignal as signal:
+            except FlowInterrupt as signal:
                 result = signal
             except Exception as error:
                 result = Captured(error)
@@ -542,7 +542,7 @@ class Executor:
             elif isinstance(result, Interruption):
                 payload["outcome"] = "interrupted"
                 payload["wait"] = result.wait
-            elif isinstance(result, FlowControlSignal):
+            elif isinstance(result, FlowInterrupt):
                 payload["outcome"] = result.action.value
             else:
                 payload["outcome"] = "exception"
@@ -647,7 +647,7 @@ class Executor:
             complete_execution(execution, Outcome.CONTINUED)
             workflow_ready(workflow)
             scheduling.create_successor_execution(session, workflow, execution, result.wait)
-        elif isinstance(result, FlowControlSignal):
+        elif isinstance(result, FlowInterrupt):
             self._apply_flow_control(workflow, execution, step_def, result)
         else:
             self.handle_policy(workflow, execution, step_def, result.error, "exception_policy")
@@ -657,7 +657,7 @@ class Executor:
         workflow: Workflow,
         execution: StepExecution,
         step_def: StepDefinition,
-        signal: FlowControlSignal,
+        signal: FlowInterrupt,
     ) -> None:
         session = self.session
         action = signal.action

@@ -19,6 +19,7 @@ from geneva_drive.models import OperatorAction, StepExecution, utcnow
 from geneva_drive.states import (
     CURRENT_STEP_STATES,
     RUNNABLE_WORKFLOW_STATES,
+    Operation,
     StepState,
     WorkflowState,
 )
@@ -81,7 +82,7 @@ def _load_facts(session: Session, workflows: list[Workflow]) -> _Facts:
         for execution in _latest_per_workflow(session, StepExecution, paused):
             facts.last[execution.workflow_id] = execution
         actions = _latest_per_workflow(
-            session, OperatorAction, paused, OperatorAction.action == "pause"
+            session, OperatorAction, paused, OperatorAction.action == Operation.PAUSE
         )
         for action in actions:
             if action.workflow_id is not None:

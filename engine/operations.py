@@ -15,7 +15,13 @@ from sqlalchemy.orm import class_mapper
 from geneva_drive import registry, scheduling, signals, states, transitions
 from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepNotDefinedError
 from geneva_drive.models import StepExecution
-from geneva_drive.states import TERMINAL_WORKFLOW_STATES, Outcome, StepState, WorkflowState
+from geneva_drive.states import (
+    TERMINAL_WORKFLOW_STATES,
+    Operation,
+    Outcome,
+    StepState,
+    WorkflowState,
+)
 
 if TYPE_CHECKING:
     from geneva_drive.workflow import Workflow
@@ -25,23 +31,23 @@ def _label(workflow: Workflow) -> str:
     return f"{type(workflow).__name__} #{workflow.id}"
 
 
-def _refuse(action: str, workflow: Workflow, hint: str) -> InvalidStateError:
-    verb = {"skip": "skip on"}.get(action, action)
+def _refuse(action: Operation, workflow: Workflow, hint: str) -> InvalidStateError:
+    verb = {Operation.SKIP: "skip on"}.get(action, action)
     return InvalidStateError(
         f"Cannot {verb} a {workflow.state} workflow ({_label(workflow)}). {hint}"
     )
 
 
 _HINTS = {
-    "pause": "Only a ready or performing workflow can be paused.",
-    "cancel": "Only an ongoing workflow (ready, performing or paused) can be canceled.",
-    "skip": "Only a ready or paused workflow can skip its current step.",
-    "resume": "Only a paused workflow can be resumed.",
-    "resume_at": "Only a paused workflow can be resumed at a step; pause it first.",
+    Operation.PAUSE: "Only a ready or performing workflow can be paused.",
+    Operation.CANCEL: "Only an ongoing workflow (ready, performing or paused) can be canceled.",
+    Operation.SKIP: "Only a ready or paused workflow can skip its current step.",
+    Operation.RESUME: "Only a paused workflow can be resumed.",
+    Operation.RESUME_AT: "Only a paused workflow can be resumed at a step; pause it first.",
 }
 
 
-def _check(action: str, workflow: Workflow, allowed: bool) -> None:
+def _check(action: Operation, workflow: Workflow, allowed: bool) -> None:
     if not allowed:
         raise _refuse(action, workflow, _HINTS[action])
 
@@ -54,17 +60,17 @@ def _locked(workflow: Workflow) -> Any:
 
 def pause(workflow: Workflow) -> None:
     """Pause: keeps the scheduled or parked execution, which is canceled if its job fires."""
-    _check("pause", workflow, states.can_pause(workflow.state))
+    _check(Operation.PAUSE, workflow, states.can_pause(workflow.state))
     _locked(workflow)
-    _check("pause", workflow, states.can_pause(workflow.state))
+    _check(Operation.PAUSE, workflow, states.can_pause(workflow.state))
     transitions.workflow_paused(workflow)
     scheduling.session_of(workflow).flush()
 
 
 def cancel(workflow: Workflow) -> None:
-    _check("cancel", workflow, states.can_cancel(workflow.state))
+    _check(Operation.CANCEL, workflow, states.can_cancel(workflow.state))
     session = _locked(workflow)
-    _check("cancel", workflow, states.can_cancel(workflow.state))
+    _check(Operation.CANCEL, workflow, states.can_cancel(workflow.state))
     current = scheduling.current_execution(session, workflow)
     if current is not None:
         transitions.cancel_execution(current)
@@ -74,9 +80,9 @@ def cancel(workflow: Workflow) -> None:
 
 def skip(workflow: Workflow) -> StepExecution | None:
     """Skip the current step and schedule the next one (or finish)."""
-    _check("skip", workflow, states.can_skip(workflow.state))
+    _check(Operation.SKIP, workflow, states.can_skip(workflow.state))
     session = _locked(workflow)
-    _check("skip", workflow, states.can_skip(workflow.state))
+    _check(Operation.SKIP, workflow, states.can_skip(workflow.state))
     if workflow.state == WorkflowState.PAUSED:
         # The step it was on (next_step_name; a running step's name is cleared with the pause)
         # is the one skipped: scheduling counts from it.
@@ -140,9 +146,9 @@ def resume(workflow: Workflow) -> StepExecution | None:
     failed step is retried. A workflow stranded on a deleted step is refused *before* anything
     changes (the gem flips to ready first; we validate first so ``resume_at`` stays possible).
     """
-    _check("resume", workflow, states.can_resume(workflow.state))
+    _check(Operation.RESUME, workflow, states.can_resume(workflow.state))
     session = _locked(workflow)
-    _check("resume", workflow, states.can_resume(workflow.state))
+    _check(Operation.RESUME, workflow, states.can_resume(workflow.state))
     current = scheduling.current_execution(session, workflow)
     continuation = None if current is not None else _continuation_point(session, workflow)
     if (
@@ -248,7 +254,7 @@ def resume_at(
     class no longer exists (it loads as plain ``Workflow``) onto a class that does, and
     resumes it at a step of that class (SPEC §2.2).
     """
-    _check("resume_at", workflow, states.can_resume_at(workflow.state))
+    _check(Operation.RESUME_AT, workflow, states.can_resume_at(workflow.state))
     target = _target_class(workflow, workflow_class)
     name = str(step_name)
     step_def = target.steps.named(name)
@@ -267,7 +273,7 @@ def resume_at(
             workflow=workflow,
         )
     session = _locked(workflow)
-    _check("resume_at", workflow, states.can_resume_at(workflow.state))
+    _check(Operation.RESUME_AT, workflow, states.can_resume_at(workflow.state))
     if target is not type(workflow):
         _check_slot_free(session, workflow, target)
         workflow.type = target.workflow_name

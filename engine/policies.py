@@ -17,12 +17,17 @@ from typing import Any
 
 from geneva_drive.config import to_timedelta
 from geneva_drive.errors import StepConfigurationError
-from geneva_drive.flow_control import FlowControlSignal
+from geneva_drive.flow_control import FlowAction, FlowInterrupt
 
 log = logging.getLogger("geneva_drive.policies")
 
-ACTIONS = ("pause", "cancel", "reattempt", "skip")
-TERMINAL_ACTIONS = ("pause", "cancel", "skip")
+ACTIONS: tuple[str, ...] = (
+    FlowAction.PAUSE,
+    FlowAction.CANCEL,
+    FlowAction.REATTEMPT,
+    FlowAction.SKIP,
+)
+TERMINAL_ACTIONS: tuple[str, ...] = (FlowAction.PAUSE, FlowAction.CANCEL, FlowAction.SKIP)
 REPORT_MODES = ("always", "never", "terminal_only")
 
 
@@ -207,7 +212,7 @@ class ExceptionPolicy:
             return PolicyResult(self.action, error, self.report, wait=self.wait)
         try:
             self.handler(workflow, error)
-        except FlowControlSignal as signal:
+        except FlowInterrupt as signal:
             return PolicyResult(signal.action.value, error, self.report, wait=signal.wait)
         except Exception as handler_error:
             # A broken handler must not leave the step in progress (the gem let it escape and

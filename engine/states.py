@@ -72,6 +72,29 @@ class Outcome(StrEnum):
     WORKFLOW_PAUSED = "workflow_paused"
 
 
+class Operation(StrEnum):
+    """An operator action on a workflow from outside its steps (engine/operations.py); the
+    dashboard's buttons, its audit log and the bulk actions use these names."""
+
+    PAUSE = "pause"
+    RESUME = "resume"
+    SKIP = "skip"
+    CANCEL = "cancel"
+    REATTEMPT = "reattempt"
+    RESUME_AT = "resume_at"
+    SIGNAL = "signal"
+
+
+#: The operations an operator may apply to many workflows at once, in display order (skip,
+#: reattempt and signal need a look at each workflow first).
+BULK_OPERATIONS: tuple[Operation, ...] = (
+    Operation.PAUSE,
+    Operation.RESUME,
+    Operation.CANCEL,
+    Operation.RESUME_AT,
+)
+
+
 class SignalState(StrEnum):
     PENDING = "pending"
     CLAIMED = "claimed"
@@ -268,21 +291,17 @@ def can_signal(state: str) -> bool:
     return is_ongoing(state)
 
 
-def allowed_operator_actions(state: str) -> list[str]:
+_OPERATION_ALLOWED = (
+    (Operation.PAUSE, can_pause),
+    (Operation.RESUME, can_resume),
+    (Operation.SKIP, can_skip),
+    (Operation.CANCEL, can_cancel),
+    (Operation.REATTEMPT, can_resume),
+    (Operation.RESUME_AT, can_resume_at),
+    (Operation.SIGNAL, can_signal),
+)
+
+
+def allowed_operator_actions(state: str) -> list[Operation]:
     """The operator actions that make sense for a workflow in ``state``, in display order."""
-    actions = []
-    if can_pause(state):
-        actions.append("pause")
-    if can_resume(state):
-        actions.append("resume")
-    if can_skip(state):
-        actions.append("skip")
-    if can_cancel(state):
-        actions.append("cancel")
-    if can_resume(state):
-        actions.append("reattempt")
-    if can_resume_at(state):
-        actions.append("resume_at")
-    if can_signal(state):
-        actions.append("signal")
-    return actions
+    return [operation for operation, allowed in _OPERATION_ALLOWED if allowed(state)]

@@ -28,7 +28,7 @@ from sqlalchemy.orm.exc import UnmappedInstanceError
 
 from geneva_drive import db, explain, operations, persistence, registry, scheduling, signals
 from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepConfigurationError
-from geneva_drive.flow_control import FlowAction, FlowControlSignal
+from geneva_drive.flow_control import FlowAction, FlowInterrupt
 from geneva_drive.job_options import to_json_options, validate_job_options
 from geneva_drive.models import (
     Base,
@@ -439,19 +439,19 @@ class Workflow(TimestampMixin, Base):
     def cancel(self) -> None:
         """In a step: cancel the workflow. Outside: operator cancel (ready or paused)."""
         if self._in_step():
-            raise FlowControlSignal(FlowAction.CANCEL)
+            raise FlowInterrupt(FlowAction.CANCEL)
         operations.cancel(self)
 
     def pause(self) -> None:
         """In a step: pause the workflow. Outside: operator pause (ready only)."""
         if self._in_step():
-            raise FlowControlSignal(FlowAction.PAUSE)
+            raise FlowInterrupt(FlowAction.PAUSE)
         operations.pause(self)
 
     def skip(self) -> None:
         """In a step: skip it. Outside: operator skip of the current step (ready or paused)."""
         if self._in_step():
-            raise FlowControlSignal(FlowAction.SKIP)
+            raise FlowInterrupt(FlowAction.SKIP)
         operations.skip(self)
 
     def reattempt(self, wait: timedelta | float | None = None, rewind: bool = False) -> None:
@@ -463,7 +463,7 @@ class Workflow(TimestampMixin, Base):
         if self._in_step():
             if wait is not None and not isinstance(wait, timedelta):
                 wait = timedelta(seconds=wait)
-            raise FlowControlSignal(FlowAction.REATTEMPT, wait=wait, rewind=rewind)
+            raise FlowInterrupt(FlowAction.REATTEMPT, wait=wait, rewind=rewind)
         operations.reattempt(self)
 
     def finish(self) -> None:
@@ -473,7 +473,7 @@ class Workflow(TimestampMixin, Base):
                 f"finish() ends a workflow from inside one of its steps; {type(self).__name__} "
                 f"#{self.id} is {self.state}. To stop it from outside, use cancel()."
             )
-        raise FlowControlSignal(FlowAction.FINISHED)
+        raise FlowInterrupt(FlowAction.FINISHED)
 
     def suspend(self, wait: timedelta | float | None = None) -> None:
         """In a resumable step: end this execution and continue from the cursor after ``wait``."""
@@ -485,7 +485,7 @@ class Workflow(TimestampMixin, Base):
             )
         if wait is not None and not isinstance(wait, timedelta):
             wait = timedelta(seconds=wait)
-        raise FlowControlSignal(FlowAction.SUSPEND, wait=wait)
+        raise FlowInterrupt(FlowAction.SUSPEND, wait=wait)
 
     def resume(self) -> StepExecution | None:
         """Operator: continue a paused workflow (re-sends its preserved execution or retries)."""
