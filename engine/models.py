@@ -220,10 +220,6 @@ class StepExecution(TimestampMixin, Base):
         self.cursor = serialize_cursor(value)
 
     @property
-    def is_resuming(self) -> bool:
-        return self.continues_from_id is not None
-
-    @property
     def is_overdue(self) -> bool:
         return is_overdue(self.state, self.scheduled_for, utcnow())
 
@@ -238,10 +234,6 @@ class StepExecution(TimestampMixin, Base):
         if self.finished_at is None:
             return None
         return (self.finished_at - self.started_at).total_seconds()
-
-    @property
-    def step_definition(self) -> Any:
-        return self.workflow.steps.named(self.step_name)
 
 
 class Signal(TimestampMixin, Base):

@@ -12,7 +12,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import class_mapper
 
-from geneva_drive import registry, scheduling, signals, states, transitions
+# persistence.flush, not Session.flush(): the engine writes its own rows by Core UPDATE, which
+# also works for a workflow whose class is gone (loaded as plain Workflow), where the unit of
+# work warns about the row's polymorphic identity (issue 17).
+from geneva_drive import persistence, registry, scheduling, signals, states, transitions
 from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepNotDefinedError
 from geneva_drive.models import StepExecution
 from geneva_drive.states import (
@@ -64,7 +67,7 @@ def pause(workflow: Workflow) -> None:
     _locked(workflow)
     _check(Operation.PAUSE, workflow, states.can_pause(workflow.state))
     transitions.workflow_paused(workflow)
-    scheduling.session_of(workflow).flush()
+    persistence.flush(scheduling.session_of(workflow))
 
 
 def cancel(workflow: Workflow) -> None:
@@ -75,7 +78,7 @@ def cancel(workflow: Workflow) -> None:
     if current is not None:
         transitions.cancel_execution(current)
     transitions.workflow_canceled(workflow)
-    session.flush()
+    persistence.flush(session)
 
 
 def skip(workflow: Workflow) -> StepExecution | None:
@@ -106,7 +109,7 @@ def skip(workflow: Workflow) -> StepExecution | None:
         current = scheduling.current_execution(session, workflow)
         if current is not None:
             transitions.skip_execution(current)
-            session.flush()
+            persistence.flush(session)
             signals.settle_for_skipped(session, current)
     return scheduling.schedule_next_step(session, workflow)
 
@@ -134,7 +137,7 @@ def _release_running(session: Any, workflow: Workflow, state: str) -> StepExecut
         transitions.skip_execution(running)
     else:
         transitions.cancel_execution(running)
-    session.flush()
+    persistence.flush(session)
     return running
 
 
@@ -162,7 +165,7 @@ def resume(workflow: Workflow) -> StepExecution | None:
         # so the workflow goes back to performing and the step's result is applied as usual.
         # (Ready here would make finalize discard the result and leave nothing scheduled.)
         transitions.workflow_performing(workflow, current.step_name)
-        session.flush()
+        persistence.flush(session)
         return current
     transitions.workflow_ready(workflow)
     if current is not None:

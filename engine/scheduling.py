@@ -50,14 +50,6 @@ def lock_workflow(session: Session, workflow: Workflow) -> Workflow:
     return workflow
 
 
-def lock_execution(session: Session, execution: StepExecution) -> StepExecution:
-    if db.is_sqlite(session):
-        session.refresh(execution)
-    else:
-        session.refresh(execution, with_for_update=True)
-    return execution
-
-
 def current_execution(session: Session, workflow: Workflow) -> StepExecution | None:
     return session.scalars(
         select(StepExecution)

@@ -241,8 +241,9 @@ def test_error_hierarchy():
     ):
         cls = getattr(errors, name)
         assert issubclass(cls, errors.EngineError) and issubclass(cls, Exception)
-    for name in ("StepNotDefinedError", "StepFailedError", "PreconditionError"):
-        assert issubclass(getattr(errors, name), errors.StepExecutionError)
+    assert issubclass(errors.StepNotDefinedError, errors.StepExecutionError)
+    # A step's own exception is re-raised as itself: no wrappers that nothing raises.
+    assert not hasattr(errors, "StepFailedError") and not hasattr(errors, "PreconditionError")
     error = errors.StepNotDefinedError("gone", step_execution="ex", workflow="wf")
     assert (str(error), error.step_execution, error.workflow) == ("gone", "ex", "wf")
     assert errors.StepNotDefinedError("gone").step_execution is None
