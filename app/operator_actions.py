@@ -33,6 +33,7 @@ from geneva_drive.dashboard.extensions import db
 from geneva_drive.logsafe import escape
 from geneva_drive.models import OperatorAction, utcnow
 from geneva_drive.serialization import compact_size, to_json_value
+from geneva_drive.states import Operation
 from geneva_drive.workflow import Workflow
 
 log = logging.getLogger(__name__)
@@ -116,13 +117,13 @@ def _signal(wf: Workflow, params: dict[str, Any]) -> str:
 
 
 ACTIONS: dict[str, Callable[[Workflow, dict[str, Any]], str]] = {
-    "pause": _pause,
-    "resume": _resume,
-    "skip": _skip,
-    "cancel": _cancel,
-    "reattempt": _reattempt,
-    "resume_at": _resume_at,
-    "signal": _signal,
+    Operation.PAUSE: _pause,
+    Operation.RESUME: _resume,
+    Operation.SKIP: _skip,
+    Operation.CANCEL: _cancel,
+    Operation.REATTEMPT: _reattempt,
+    Operation.RESUME_AT: _resume_at,
+    Operation.SIGNAL: _signal,
 }
 
 

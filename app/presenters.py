@@ -16,8 +16,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from geneva_drive import states
-from geneva_drive.config import settings
+from geneva_drive import lateness, states
 from geneva_drive.dashboard import queries
 from geneva_drive.dashboard.auth import DashboardUser
 from geneva_drive.dashboard.formatting import duration
@@ -25,33 +24,37 @@ from geneva_drive.dashboard.queries import is_stranded_step
 from geneva_drive.explain import why_waiting_many
 from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
 from geneva_drive.signal_matcher import matcher_name
-from geneva_drive.states import CURRENT_STEP_STATES, StepState
+from geneva_drive.states import BULK_OPERATIONS, CURRENT_STEP_STATES, Operation, StepState
 from geneva_drive.steps import StepDefinition
 from geneva_drive.workflow import Workflow, workflow_class
 
 #: The visible label of each operator action (DASHBOARD.md, exact text).
-ACTION_LABELS = {
-    "pause": "Pause",
-    "resume": "Resume",
-    "skip": "Skip",
-    "cancel": "Cancel",
-    "reattempt": "Reattempt",
-    "resume_at": "Resume at",
-    "signal": "Send signal",
+ACTION_LABELS: dict[str, str] = {
+    Operation.PAUSE: "Pause",
+    Operation.RESUME: "Resume",
+    Operation.SKIP: "Skip",
+    Operation.CANCEL: "Cancel",
+    Operation.REATTEMPT: "Reattempt",
+    Operation.RESUME_AT: "Resume at",
+    Operation.SIGNAL: "Send signal",
 }
-#: The bulk actions and their labels; ``verb`` completes "N workflows will be …".
-BULK_ACTIONS = {
-    "pause": ("Pause selected", "paused"),
-    "resume": ("Resume selected", "resumed"),
-    "cancel": ("Cancel selected", "canceled"),
-    "resume_at": ("Resume selected at", "resumed at the chosen step"),
+_BULK_LABELS: dict[str, tuple[str, str]] = {
+    Operation.PAUSE: ("Pause selected", "paused"),
+    Operation.RESUME: ("Resume selected", "resumed"),
+    Operation.CANCEL: ("Cancel selected", "canceled"),
+    Operation.RESUME_AT: ("Resume selected at", "resumed at the chosen step"),
 }
+#: The bulk actions (the engine's BULK_OPERATIONS, in its order) and their labels; ``verb``
+#: completes "N workflows will be …". The bulk bar's buttons are rendered from this.
+BULK_ACTIONS: dict[str, tuple[str, str]] = {op: _BULK_LABELS[op] for op in BULK_OPERATIONS}
+#: Bulk actions whose button is styled as dangerous.
+DANGEROUS_BULK_ACTIONS = frozenset({Operation.CANCEL})
 #: Actions that throw work away or jump in the plan ask for confirmation first.
-CONFIRM_QUESTIONS = {
-    "skip": "Skip the current step of workflow #{id}? It will not run.",
-    "cancel": "Cancel workflow #{id}? A canceled workflow never runs again.",
-    "reattempt": "Run the current step of workflow #{id} again now?",
-    "resume_at": "Resume workflow #{id} at the chosen step? Steps in between will not run.",
+CONFIRM_QUESTIONS: dict[str, str] = {
+    Operation.SKIP: "Skip the current step of workflow #{id}? It will not run.",
+    Operation.CANCEL: "Cancel workflow #{id}? A canceled workflow never runs again.",
+    Operation.REATTEMPT: "Run the current step of workflow #{id} again now?",
+    Operation.RESUME_AT: "Resume workflow #{id} at the chosen step? Steps in between will not run.",
 }
 #: A start later than this after ``scheduled_for`` is shown as a late start.
 LATE_START = timedelta(minutes=1)
@@ -134,15 +137,12 @@ def _badges(workflow: Workflow, current: StepExecution | None, now: datetime) ->
         return badges
     if current.state == StepState.WAITING:
         badges.append(Badge("waiting", "wait"))
-        threshold = settings.waiting_visibility_threshold
-        since = current.waiting_since or current.created_at
-        if threshold is not None and since < now - threshold:
+        if lateness.is_waiting_too_long(current, now):
             badges.append(Badge("waiting too long", "bad"))
-    elif current.state == StepState.SCHEDULED and current.scheduled_for < now:
+    elif lateness.is_overdue(current, now):
         badges.append(Badge("overdue", "bad"))
-    elif current.state == StepState.IN_PROGRESS and current.started_at is not None:
-        if current.started_at < now - settings.stuck_in_progress_threshold:
-            badges.append(Badge("stuck", "bad"))
+    elif current.state == StepState.IN_PROGRESS and lateness.is_stuck(current, now):
+        badges.append(Badge("stuck", "bad"))
     return badges
 
 
@@ -303,28 +303,13 @@ def action_controls(
     ]
 
 
-def _ended_at(execution: StepExecution) -> datetime | None:
-    return (
-        execution.finished_at
-        or execution.completed_at
-        or execution.failed_at
-        or execution.canceled_at
-        or execution.skipped_at
-    )
-
-
 def execution_view(execution: StepExecution, attempt: int, now: datetime) -> ExecutionView:
     late_by = None
     if execution.started_at is not None and execution.started_at - execution.scheduled_for > (
         LATE_START
     ):
         late_by = execution.started_at - execution.scheduled_for
-    threshold = settings.waiting_visibility_threshold
-    waiting_too_long = (
-        execution.state == StepState.WAITING
-        and threshold is not None
-        and (execution.waiting_since or execution.created_at) < now - threshold
-    )
+    waiting_too_long = lateness.is_waiting_too_long(execution, now)
     metadata = {k: v for k, v in (execution.metadata_ or {}).items() if k != "exception"}
     return ExecutionView(
         id=execution.id,
@@ -334,9 +319,9 @@ def execution_view(execution: StepExecution, attempt: int, now: datetime) -> Exe
         outcome=execution.outcome,
         scheduled_for=execution.scheduled_for,
         started_at=execution.started_at,
-        ended_at=_ended_at(execution),
+        ended_at=execution.finished_at,
         duration=execution.duration_seconds,
-        overdue=execution.is_overdue,
+        overdue=lateness.is_overdue(execution, now),
         late_by=late_by,
         waiting_since=execution.waiting_since,
         waiting_too_long=waiting_too_long,
@@ -597,7 +582,6 @@ class WaiterGroup:
 def waiter_groups(rows: list[tuple[StepExecution, Workflow]]) -> list[WaiterGroup]:
     """Parked executions grouped by the signal their step waits for (from the step definition)."""
     now = utcnow()
-    threshold = settings.waiting_visibility_threshold
     groups: dict[str, list[Waiter]] = {}
     for execution, workflow in rows:
         definition = workflow.steps.named(execution.step_name)
@@ -613,7 +597,7 @@ def waiter_groups(rows: list[tuple[StepExecution, Workflow]]) -> list[WaiterGrou
                 hero_id=workflow.hero_id,
                 step_name=execution.step_name,
                 waiting_since=since,
-                overdue=threshold is not None and since < now - threshold,
+                overdue=lateness.is_waiting_too_long(execution, now),
             )
         )
     return [WaiterGroup(name, waiters) for name, waiters in sorted(groups.items())]

@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from flask import current_app
-from sqlalchemy import Select, and_, exists, func, or_, select
+from sqlalchemy import Select, and_, exists, func, or_, select, true
 from sqlalchemy.orm import Session, aliased
 
-from geneva_drive.config import settings
+from geneva_drive import lateness
 from geneva_drive.dashboard.state import dashboard_config
 from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
 from geneva_drive.states import ONGOING_WORKFLOW_STATES, StepState, WorkflowState
@@ -115,7 +115,7 @@ def _current_execution_in(*states: str, extra: Any = None) -> Any:
     # ``id IN (SELECT workflow_id … WHERE state …)``, not a correlated EXISTS: the executions
     # side is what the index narrows ((state, scheduled_for), the in_progress index), and
     # SQLite would run an EXISTS once per workflow row, walking the whole table to find 50.
-    condition: Any = StepExecution.state.in_(states)
+    condition: Any = StepExecution.state.in_(states) if states else true()
     if extra is not None:
         condition = and_(condition, extra)
     return Workflow.id.in_(select(StepExecution.workflow_id).where(condition))
@@ -152,18 +152,13 @@ def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) ->
         stmt = stmt.where(_stranded_on(filters.cls, filters.stranded))
     if filters.due == "overdue":
         stmt = stmt.where(
-            Workflow.state.in_([WorkflowState.READY, WorkflowState.PERFORMING]),
-            _current_execution_in(StepState.SCHEDULED, extra=StepExecution.scheduled_for < now),
+            Workflow.state.in_(sorted(lateness.OVERDUE_WORKFLOW_STATES)),
+            _current_execution_in(extra=lateness.overdue_condition(now)),
         )
     elif filters.due == "waiting":
         stmt = stmt.where(_current_execution_in(StepState.WAITING))
     elif filters.due == "stuck":
-        stmt = stmt.where(
-            _current_execution_in(
-                StepState.IN_PROGRESS,
-                extra=StepExecution.started_at < now - settings.stuck_in_progress_threshold,
-            )
-        )
+        stmt = stmt.where(_current_execution_in(extra=lateness.stuck_in_progress_condition(now)))
     return stmt
 
 
@@ -326,9 +321,9 @@ def overview(session: Session) -> Overview:
             select(StepExecution.id)
             .join(Workflow, Workflow.id == StepExecution.workflow_id)
             .where(
-                StepExecution.state == StepState.SCHEDULED,
-                StepExecution.scheduled_for < now - settings.stuck_scheduled_threshold,
-                Workflow.state.in_([WorkflowState.READY, WorkflowState.PERFORMING]),
+                lateness.stuck_scheduled_condition(now),
+                # What housekeeping recovers: every workflow's but a paused one's.
+                Workflow.state != lateness.NOT_STUCK_WORKFLOW_STATE,
             )
         )
         return Overview(

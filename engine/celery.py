@@ -33,45 +33,32 @@ from typing import Any
 from celery import Celery, Task
 from celery.signals import task_prerun, worker_init, worker_process_init, worker_shutting_down
 
-from geneva_drive.config import settings
+from geneva_drive import db, executor, prometheus
+from geneva_drive.bootstrap import import_workflow_modules
+from geneva_drive.celery_client import (
+    DEFAULT_BROKER_URL,
+    DISPATCH_DUE_TASK,
+    HOUSEKEEPING_TASK,
+    PERFORM_STEP_TASK,
+    CeleryTransport,
+    beat_schedule,
+    broker_url,
+    default_app,
+    default_queue,
+    new_app,
+    use_app,
+)
+from geneva_drive.dispatch import dispatch_due
 from geneva_drive.errors import ConfigurationError
-from geneva_drive.transport import Message
+from geneva_drive.executor import request_shutdown
+from geneva_drive.housekeeping import run as run_housekeeping
 
 log = logging.getLogger(__name__)
-
-DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
-#: Task names are stable strings: queued messages outlive refactors of module paths.
-PERFORM_STEP_TASK = "geneva_drive.perform_step"
-DISPATCH_DUE_TASK = "geneva_drive.dispatch_due"
-HOUSEKEEPING_TASK = "geneva_drive.housekeeping"
-
-
-def broker_url() -> str:
-    """``GENEVA_BROKER_URL`` or the local Redis default."""
-    return os.environ.get("GENEVA_BROKER_URL") or DEFAULT_BROKER_URL
-
-
-def default_queue() -> str:
-    """``GENEVA_DEFAULT_QUEUE``: the queue for steps without a ``queue`` job option."""
-    return os.environ.get("GENEVA_DEFAULT_QUEUE") or "default"
 
 
 def make_celery(url: str | None = None) -> Celery:
     """A configured Celery app with the GenevaDrive tasks and beat schedule registered."""
-    # Not the process's "current" Celery app: a host's shared_task must not bind to this one.
-    celery = Celery("geneva_drive", broker=url or broker_url(), set_as_current=False)
-    celery.conf.update(
-        task_ignore_result=True,
-        task_acks_late=True,
-        # A message whose worker process died is redelivered; the executor makes it harmless.
-        task_reject_on_worker_lost=True,
-        # One message per process at a time: a long step must not sit on prefetched messages.
-        worker_prefetch_multiplier=1,
-        task_default_queue=default_queue(),
-        broker_connection_retry_on_startup=True,
-    )
-    _register_tasks(celery)
-    return celery
+    return register_tasks(new_app(url))
 
 
 def register(celery: Celery) -> Celery:
@@ -85,35 +72,26 @@ def register(celery: Celery) -> Celery:
     with short ones.
     """
     global app
-    _register_tasks(celery)
+    register_tasks(celery)
+    schedule = dict(celery.conf.beat_schedule or {})
+    schedule.update(beat_schedule())
+    celery.conf.beat_schedule = schedule
+    use_app(celery)
     app = celery
     return celery
 
 
-def _register_tasks(celery: Celery) -> None:
-    queue = default_queue()
-    dispatch_every = settings.dispatch_interval.total_seconds()
-    schedule = dict(celery.conf.beat_schedule or {})
-    schedule.update(
-        {
-            "geneva-drive-dispatch-due": {
-                "task": DISPATCH_DUE_TASK,
-                "schedule": dispatch_every,
-                # A sweep that waited longer than an interval is superseded by the next one.
-                "options": {"expires": max(dispatch_every, 1.0), "queue": queue},
-            },
-            "geneva-drive-housekeeping": {
-                "task": HOUSEKEEPING_TASK,
-                "schedule": settings.housekeeping_interval.total_seconds(),
-                "options": {"queue": queue},
-            },
-        }
-    )
-    celery.conf.beat_schedule = schedule
-    step_options = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
+def register_tasks(celery: Celery) -> Celery:
+    """Register the GenevaDrive tasks on ``celery`` (configured by ``celery_client.new_app``)."""
+    step_options: dict[str, Any] = {
+        "acks_late": True,
+        "reject_on_worker_lost": True,
+        "ignore_result": True,
+    }
     celery.task(name=PERFORM_STEP_TASK, **step_options)(perform_step)
     celery.task(name=DISPATCH_DUE_TASK, ignore_result=True)(dispatch_due_task)
     celery.task(name=HOUSEKEEPING_TASK, ignore_result=True)(housekeeping_task)
+    return celery
 
 
 def perform_step(step_execution_id: int) -> None:
@@ -123,8 +101,6 @@ def perform_step(step_execution_id: int) -> None:
     between the sender's commit and this read, as the gem rides out) is retried 5 times,
     0.1 s apart, without a separate lookup session per message.
     """
-    from geneva_drive import executor
-
     for attempt in range(5):
         if executor.execute(step_execution_id, missing_ok=True):
             return
@@ -135,16 +111,12 @@ def perform_step(step_execution_id: int) -> None:
 
 def dispatch_due_task() -> int:
     """Beat task: one dispatcher sweep (:func:`geneva_drive.dispatch.dispatch_due`)."""
-    from geneva_drive.dispatch import dispatch_due
-
     return dispatch_due()
 
 
 def housekeeping_task() -> dict[str, int]:
     """Beat task: one housekeeping run; returns the gem's result keys."""
-    from geneva_drive.housekeeping import run
-
-    return run().as_dict()
+    return run_housekeeping().as_dict()
 
 
 # --- worker process hooks ---------------------------------------------------------------------
@@ -153,9 +125,6 @@ def housekeeping_task() -> dict[str, int]:
 def _on_worker_init(**_: Any) -> None:
     # The main worker process: the solo and threads pools run steps here, and prefork children
     # inherit the imported workflow classes.
-    from geneva_drive import db, prometheus
-    from geneva_drive.bootstrap import import_workflow_modules
-
     try:
         import_workflow_modules()
         if db._engine is None:
@@ -174,9 +143,6 @@ def _on_worker_init(**_: Any) -> None:
 
 def _on_worker_process_init(**_: Any) -> None:
     # A prefork child: never reuse the parent's pooled connections across fork; open its own.
-    from geneva_drive import db
-    from geneva_drive.bootstrap import import_workflow_modules
-
     import_workflow_modules()
     if db._engine is not None:
         # The engine configured before the fork (the host's Flask-SQLAlchemy engine, or the
@@ -206,8 +172,6 @@ def _current_process_name() -> str:
 
 
 def _on_child_sigint(_signum: int, _frame: Any) -> None:
-    from geneva_drive.executor import request_shutdown
-
     request_shutdown()
 
 
@@ -227,8 +191,6 @@ def _on_worker_shutting_down(**_: Any) -> None:
     # Warm shutdown: resumable steps running in this process stop at their next checkpoint
     # (outcome continued, successor scheduled) instead of holding the shutdown up. Ordinary
     # steps run to the end; the message is acknowledged only afterwards (acks_late).
-    from geneva_drive.executor import request_shutdown
-
     log.info("worker shutting down: asking resumable steps to stop at their next checkpoint")
     request_shutdown()
     # Prefork: the steps run in pool children, which this signal does not reach.
@@ -266,32 +228,21 @@ def celery_init_app(flask_app: Any, celery: Celery | None = None) -> Celery:
     return target
 
 
-# --- the transport ------------------------------------------------------------------------------
-
-
-class CeleryTransport:
-    """Sends ``geneva_drive.perform_step(id)`` with the step's queue, priority and countdown."""
-
-    def __init__(self, celery: Celery | None = None) -> None:
-        self._celery = celery
-
-    @property
-    def celery(self) -> Celery:
-        # Not cached: register() may point the module at the host's app after this was made.
-        return self._celery if self._celery is not None else app
-
-    def send(self, message: Message) -> None:
-        options: dict[str, Any] = {"task_id": message.job_id}
-        if message.queue:
-            options["queue"] = message.queue
-        if message.priority is not None:
-            options["priority"] = message.priority
-        if message.countdown:
-            options["countdown"] = message.countdown
-        if message.eta is not None:
-            options["eta"] = message.eta
-        self.celery.send_task(PERFORM_STEP_TASK, args=[message.execution_id], **options)
-
-
 #: The app ``celery -A geneva_drive.celery`` finds.
-app = make_celery()
+app = register_tasks(default_app())
+
+__all__ = [
+    "DEFAULT_BROKER_URL",
+    "DISPATCH_DUE_TASK",
+    "HOUSEKEEPING_TASK",
+    "PERFORM_STEP_TASK",
+    "CeleryTransport",
+    "app",
+    "broker_url",
+    "celery_init_app",
+    "default_queue",
+    "make_celery",
+    "perform_step",
+    "register",
+    "register_tasks",
+]

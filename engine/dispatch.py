@@ -31,6 +31,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive import db, scheduling
 from geneva_drive.config import settings
+from geneva_drive.housekeeping import run as run_housekeeping
 from geneva_drive.instrumentation import ContextAdapter, report_error
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.states import StepState, WorkflowState
@@ -146,8 +147,6 @@ def run_dispatcher(
     ``first_housekeeping_after`` seconds delay the first housekeeping run. Errors are reported
     and the loop carries on: a database restart must not need a dispatcher restart.
     """
-    from geneva_drive.housekeeping import run as run_housekeeping
-
     next_housekeeping = time.monotonic() + first_housekeeping_after
     log.info("dispatcher started")
     while not stop_event.is_set():

@@ -7,15 +7,15 @@
     ├── InvalidStateTransition       an illegal executor transition (engine bug or forced state)
     ├── StepConfigurationError       the workflow class is misconfigured (raised at class definition)
     ├── StepExecutionError           carries .step_execution and .workflow
-    │   ├── StepNotDefinedError      the step named by an execution no longer exists
-    │   ├── StepFailedError          (defined for API parity; the original exception is re-raised)
-    │   └── PreconditionError        (likewise)
+    │   └── StepNotDefinedError      the step named by an execution no longer exists
     ├── CursorTooLargeError          a resumable cursor over settings.max_cursor_size
     ├── SignalPayloadTooLargeError   a signal payload over settings.max_signal_payload_size
     ├── WorkflowNotOngoing           signal() on a finished or canceled workflow
     └── DuplicateWorkflowError       a second ongoing workflow of one class for one hero
 
-Flow-control interrupts are *not* errors; they live in :mod:`geneva_drive.flow_control`.
+Flow-control interrupts are *not* errors; they live in :mod:`geneva_drive.flow_control`. A
+step's own exception (or a condition's) is re-raised as itself once its outcome is committed,
+so the gem's StepFailedError and PreconditionError have no Python counterpart.
 """
 
 from __future__ import annotations
@@ -51,14 +51,6 @@ class StepExecutionError(EngineError):
 
 
 class StepNotDefinedError(StepExecutionError):
-    pass
-
-
-class StepFailedError(StepExecutionError):
-    pass
-
-
-class PreconditionError(StepExecutionError):
     pass
 
 

@@ -30,25 +30,35 @@ from geneva_drive import db, persistence, scheduling, signals
 from geneva_drive.compiled import Compiled
 from geneva_drive.config import settings
 from geneva_drive.errors import StepConfigurationError, StepNotDefinedError
-from geneva_drive.flow_control import FlowAction, FlowControlSignal, Interrupt
+from geneva_drive.flow_control import FlowAction, FlowInterrupt, Interrupt
 from geneva_drive.instrumentation import ContextAdapter, instrument, report_error
-from geneva_drive.models import Signal, StepExecution, utcnow
+from geneva_drive.iteration import IterableStep
+from geneva_drive.models import Signal, StepExecution
 from geneva_drive.policies import PolicyResult, resolution_stack
 from geneva_drive.states import (
-    STEP_STATE_TIMESTAMP,
     Outcome,
     StepState,
     WorkflowState,
-    check_step_transition,
-    check_workflow_transition,
     is_runnable,
+    is_still_running,
 )
 from geneva_drive.steps import StepDefinition, evaluate_condition
+from geneva_drive.transitions import (
+    cancel_execution,
+    complete_execution,
+    fail_execution,
+    park_execution,
+    skip_execution,
+    start_execution,
+    workflow_canceled,
+    workflow_finished,
+    workflow_paused,
+    workflow_performing,
+    workflow_ready,
+)
 from geneva_drive.workflow import Workflow, executing
 
 log = logging.getLogger("geneva_drive.executor")
-
-_FINAL_TIMESTAMPED = {StepState.COMPLETED, StepState.FAILED, StepState.SKIPPED, StepState.CANCELED}
 
 # Set by the worker when it is shutting down: resumable steps stop at their next checkpoint.
 _shutdown = threading.Event()
@@ -82,7 +92,7 @@ class Captured:
     error: Exception
 
 
-Result = Completed | Interruption | Captured | FlowControlSignal
+Result = Completed | Interruption | Captured | FlowInterrupt
 
 
 def execute(
@@ -132,27 +142,6 @@ _LOCK_FOR_UPDATE = Compiled(_LOCK_READ.with_for_update())
 _WORKFLOW_NAMES = tuple(column.name for column in _WORKFLOWS.columns)
 _EXECUTION_NAMES = tuple(column.name for column in _EXECUTIONS.columns)
 _SPLIT = len(_WORKFLOW_NAMES)
-
-
-def transition_step(execution: StepExecution, new_state: str, outcome: str | None = None) -> None:
-    """The executor's step transition: validated, with the state's timestamp(s)."""
-    check_step_transition(execution.state, new_state)
-    now = utcnow()
-    execution.state = new_state
-    column = STEP_STATE_TIMESTAMP.get(new_state)
-    if column is not None:
-        setattr(execution, column, now)
-    if new_state in _FINAL_TIMESTAMPED:
-        execution.finished_at = now
-    if outcome is not None:
-        execution.outcome = outcome
-
-
-def transition_workflow(workflow: Workflow, new_state: str) -> None:
-    if check_workflow_transition(workflow.state, new_state):
-        workflow.state = new_state
-        if new_state in (WorkflowState.FINISHED, WorkflowState.CANCELED, WorkflowState.PAUSED):
-            workflow.transitioned_at = utcnow()
 
 
 def error_class_name(error: BaseException) -> str:
@@ -394,16 +383,12 @@ class Executor:
             self.log.info("already %s, skipping duplicate job", execution.state)
             return None
         if not is_runnable(workflow.state):
-            now = utcnow()
-            execution.state = StepState.CANCELED
-            execution.canceled_at = now
-            execution.finished_at = now
-            execution.outcome = Outcome.CANCELED
+            cancel_execution(execution)
             self.log.info("workflow is %s; canceling the execution", workflow.state)
             return None
         if not type(workflow).may_proceed_without_hero and workflow.hero is None:
-            transition_step(execution, StepState.CANCELED, Outcome.CANCELED)
-            transition_workflow(workflow, WorkflowState.CANCELED)
+            cancel_execution(execution)
+            workflow_canceled(workflow)
             self.log.info("hero is missing; canceling the workflow")
             return None
         step_def = workflow.steps.named(execution.step_name)
@@ -412,16 +397,16 @@ class Executor:
             error = StepNotDefinedError(message, step_execution=execution, workflow=workflow)
             execution.error_message = message
             execution.error_class_name = error_class_name(error)
-            transition_step(execution, StepState.FAILED, Outcome.FAILED)
-            transition_workflow(workflow, WorkflowState.PAUSED)
+            fail_execution(execution)
+            workflow_paused(workflow)
             self.log.error("%s; pausing the workflow", message)
             self.error = error
             return None
         self.step_def = step_def
         if step_def.removed:
-            transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
+            skip_execution(execution)
             signals.settle_for_skipped(session, execution)
-            transition_workflow(workflow, WorkflowState.READY)
+            workflow_ready(workflow)
             scheduling.schedule_next_step(session, workflow)
             self.log.info("step was removed (removed_step); skipping to the next step")
             return None
@@ -436,14 +421,12 @@ class Executor:
             else:
                 signal = signals.attach_at_gate(session, workflow, execution, step_def)
                 if signal is None:
-                    transition_step(execution, StepState.WAITING)
-                    execution.waiting_since = utcnow()
+                    park_execution(execution)
                     self.log.info("parked waiting for %s", step_def.signal_matcher)
                     return None
 
-        transition_step(execution, StepState.IN_PROGRESS)
-        transition_workflow(workflow, WorkflowState.PERFORMING)
-        workflow.current_step_name = step_def.name
+        start_execution(execution)
+        workflow_performing(workflow, step_def.name)
         if execution.continues_from_id is not None:
             self.log.info("resuming from cursor %r", execution.cursor_value)
         return step_def, signal
@@ -454,14 +437,14 @@ class Executor:
         with instrument("precondition", self._payload(workflow, execution)) as payload:
             try:
                 if any(evaluate_condition(c, workflow) for c in type(workflow)._cancel_conditions):
-                    transition_step(execution, StepState.CANCELED, Outcome.CANCELED)
-                    transition_workflow(workflow, WorkflowState.CANCELED)
+                    cancel_execution(execution)
+                    workflow_canceled(workflow)
                     payload["outcome"] = "canceled"
                     return False
                 if step_def.should_skip(workflow):
-                    transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
+                    skip_execution(execution)
                     signals.settle_for_skipped(self.session, execution)
-                    transition_workflow(workflow, WorkflowState.READY)
+                    workflow_ready(workflow)
                     scheduling.schedule_next_step(self.session, workflow)
                     payload["outcome"] = "skipped"
                     return False
@@ -485,23 +468,23 @@ class Executor:
         except Exception:
             step_def = None
         write_error(execution, error)
-        transition_step(execution, StepState.FAILED, Outcome.FAILED)
+        fail_execution(execution)
         result = self.resolve(workflow, step_def, execution.step_name, error)
         self.report(workflow, execution, error, result)
         action = result.action
         if action == "reattempt":
-            transition_workflow(workflow, WorkflowState.READY)
+            workflow_ready(workflow)
             if step_def is not None and step_def.resumable:
                 scheduling.create_successor_execution(session, workflow, execution, result.wait)
             else:
                 scheduling.reschedule_current_step(session, workflow, result.wait)
         elif action == "cancel":
-            transition_workflow(workflow, WorkflowState.CANCELED)
+            workflow_canceled(workflow)
         elif action == "skip":
-            transition_workflow(workflow, WorkflowState.READY)
+            workflow_ready(workflow)
             scheduling.schedule_next_step(session, workflow)
         else:
-            transition_workflow(workflow, WorkflowState.PAUSED)
+            workflow_paused(workflow)
         self.log.error(
             "prepare raised %s: %s; workflow now %s", type(error).__name__, error, workflow.state
         )
@@ -544,15 +527,13 @@ class Executor:
                     step_def.run(workflow)
                     result = Completed()
                 else:
-                    from geneva_drive.iteration import IterableStep
-
                     iterable = IterableStep(step_def.name, execution, executor=self)
                     try:
                         step_def.run(workflow, iterable)
                         result = Completed()
                     except Interrupt as interrupt:
                         result = Interruption(interrupt.wait)
-            except FlowControlSignal as signal:
+            except FlowInterrupt as signal:
                 result = signal
             except Exception as error:
                 result = Captured(error)
@@ -561,7 +542,7 @@ class Executor:
             elif isinstance(result, Interruption):
                 payload["outcome"] = "interrupted"
                 payload["wait"] = result.wait
-            elif isinstance(result, FlowControlSignal):
+            elif isinstance(result, FlowInterrupt):
                 payload["outcome"] = result.action.value
             else:
                 payload["outcome"] = "exception"
@@ -585,15 +566,21 @@ class Executor:
                 return True
         if shutdown_requested():
             return True
-        return self._workflow_stopped_externally()
+        return not self._still_running()
 
-    def _workflow_stopped_externally(self) -> bool:
-        state = self.session.scalar(
-            select(Workflow.state)
+    def _still_running(self) -> bool:
+        """Is this execution still in progress and the one its workflow is performing?
+
+        Not "is the workflow paused": an operator's skip(), resume_at() or cancel() after a
+        pause leaves the workflow ready (or canceled) with this execution closed, and resume_at
+        has queued another step that may already run elsewhere (issue 17).
+        """
+        row = self.session.execute(
+            select(Workflow.state, StepExecution.state)
             .join(StepExecution, StepExecution.workflow_id == Workflow.id)
             .where(StepExecution.id == self.execution_id)
-        )
-        return state in (WorkflowState.PAUSED, WorkflowState.CANCELED)
+        ).first()
+        return row is not None and is_still_running(row[0], row[1])
 
     # --- phase 3 ---------------------------------------------------------------------------
 
@@ -626,7 +613,7 @@ class Executor:
                     and step_def.resumable
                     and isinstance(result, Interruption | Completed)
                 ):
-                    transition_step(execution, StepState.COMPLETED, Outcome.WORKFLOW_PAUSED)
+                    complete_execution(execution, Outcome.WORKFLOW_PAUSED)
                 elif (
                     workflow.state == WorkflowState.PAUSED
                     and step_def.resumable
@@ -635,14 +622,13 @@ class Executor:
                     # It failed after the pause: keep the error and the last checkpoint, so
                     # resume() continues from the cursor (as after the pause policy).
                     write_error(execution, result.error)
-                    transition_step(execution, StepState.FAILED, Outcome.FAILED)
+                    fail_execution(execution)
                 else:
-                    transition_step(execution, StepState.CANCELED, Outcome.CANCELED)
+                    cancel_execution(execution)
                 return
-            # Cleared before the result is applied so the workflow row is written once; the
-            # step that ran stays the reference for scheduling through ``current``.
+            # The workflow's transition out of performing clears current_step_name; the step
+            # that ran stays the reference for scheduling through ``current``.
             self.current = workflow.current_step_name or step_def.name
-            workflow.current_step_name = None
             self._apply_result(workflow, execution, step_def, result)
             if self.error is None:
                 payload["workflow_state"] = workflow.state
@@ -653,15 +639,15 @@ class Executor:
     ) -> None:
         session = self.session
         if isinstance(result, Completed):
-            transition_step(execution, StepState.COMPLETED, Outcome.SUCCESS)
+            complete_execution(execution)
             signals.resolve_attached(session, execution)
-            transition_workflow(workflow, WorkflowState.READY)
+            workflow_ready(workflow)
             scheduling.schedule_next_step(session, workflow, current=self.current)
         elif isinstance(result, Interruption):
-            transition_step(execution, StepState.COMPLETED, Outcome.CONTINUED)
-            transition_workflow(workflow, WorkflowState.READY)
+            complete_execution(execution, Outcome.CONTINUED)
+            workflow_ready(workflow)
             scheduling.create_successor_execution(session, workflow, execution, result.wait)
-        elif isinstance(result, FlowControlSignal):
+        elif isinstance(result, FlowInterrupt):
             self._apply_flow_control(workflow, execution, step_def, result)
         else:
             self.handle_policy(workflow, execution, step_def, result.error, "exception_policy")
@@ -671,25 +657,25 @@ class Executor:
         workflow: Workflow,
         execution: StepExecution,
         step_def: StepDefinition,
-        signal: FlowControlSignal,
+        signal: FlowInterrupt,
     ) -> None:
         session = self.session
         action = signal.action
         if action == FlowAction.CANCEL:
-            transition_step(execution, StepState.CANCELED, Outcome.CANCELED)
-            transition_workflow(workflow, WorkflowState.CANCELED)
+            cancel_execution(execution)
+            workflow_canceled(workflow)
         elif action == FlowAction.PAUSE:
             if step_def.resumable:
-                transition_step(execution, StepState.COMPLETED, Outcome.WORKFLOW_PAUSED)
+                complete_execution(execution, Outcome.WORKFLOW_PAUSED)
             else:
-                transition_step(execution, StepState.CANCELED, Outcome.CANCELED)
-            transition_workflow(workflow, WorkflowState.PAUSED)
+                cancel_execution(execution)
+            workflow_paused(workflow)
         elif action == FlowAction.REATTEMPT:
             if step_def.resumable and signal.options.get("rewind"):
                 execution.cursor = None
-            transition_step(execution, StepState.COMPLETED, Outcome.REATTEMPTED)
+            complete_execution(execution, Outcome.REATTEMPTED)
             execution.merge_metadata(reattempt_reason="flow_control")
-            transition_workflow(workflow, WorkflowState.READY)
+            workflow_ready(workflow)
             if step_def.resumable:
                 scheduling.create_successor_execution(session, workflow, execution, signal.wait)
             else:
@@ -697,17 +683,17 @@ class Executor:
                     session, workflow, signal.wait, current=self.current
                 )
         elif action == FlowAction.SKIP:
-            transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
+            skip_execution(execution)
             signals.resolve_attached(session, execution)
-            transition_workflow(workflow, WorkflowState.READY)
+            workflow_ready(workflow)
             scheduling.schedule_next_step(session, workflow, current=self.current)
         elif action == FlowAction.FINISHED:
-            transition_step(execution, StepState.COMPLETED, Outcome.SUCCESS)
+            complete_execution(execution)
             signals.resolve_attached(session, execution)
-            transition_workflow(workflow, WorkflowState.FINISHED)
+            workflow_finished(workflow)
         elif action == FlowAction.SUSPEND:
-            transition_step(execution, StepState.COMPLETED, Outcome.CONTINUED)
-            transition_workflow(workflow, WorkflowState.READY)
+            complete_execution(execution, Outcome.CONTINUED)
+            workflow_ready(workflow)
             scheduling.create_successor_execution(session, workflow, execution, signal.wait)
 
     # --- exception policies -------------------------------------------------------------------
@@ -751,9 +737,9 @@ class Executor:
         self.report(workflow, execution, error, result)
         action = result.action
         if action == "reattempt":
-            transition_step(execution, StepState.COMPLETED, Outcome.REATTEMPTED)
+            complete_execution(execution, Outcome.REATTEMPTED)
             execution.merge_metadata(reattempt_reason=reason, exception=exception_info(error))
-            transition_workflow(workflow, WorkflowState.READY)
+            workflow_ready(workflow)
             if step_def.resumable:
                 scheduling.create_successor_execution(session, workflow, execution, result.wait)
             else:
@@ -762,21 +748,21 @@ class Executor:
                 )
         elif action == "cancel":
             write_error(execution, error)
-            transition_step(execution, StepState.FAILED, Outcome.CANCELED)
-            transition_workflow(workflow, WorkflowState.CANCELED)
+            fail_execution(execution, Outcome.CANCELED)
+            workflow_canceled(workflow)
         elif action == "skip":
-            transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
+            skip_execution(execution)
             signals.resolve_attached(session, execution)
-            transition_workflow(workflow, WorkflowState.READY)
+            workflow_ready(workflow)
             scheduling.schedule_next_step(session, workflow, current=self.current)
         elif action == "finished":
-            transition_step(execution, StepState.COMPLETED, Outcome.SUCCESS)
+            complete_execution(execution)
             signals.resolve_attached(session, execution)
-            transition_workflow(workflow, WorkflowState.FINISHED)
+            workflow_finished(workflow)
         else:
             write_error(execution, error)
-            transition_step(execution, StepState.FAILED, Outcome.FAILED)
-            transition_workflow(workflow, WorkflowState.PAUSED)
+            fail_execution(execution)
+            workflow_paused(workflow)
         self.log.info("%s raised %s; policy %s", reason, type(error).__name__, action)
         self.error = error
 
@@ -788,6 +774,4 @@ __all__ = [
     "consecutive_reattempt_count",
     "execute",
     "request_shutdown",
-    "transition_step",
-    "transition_workflow",
 ]

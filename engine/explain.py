@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from geneva_drive import scheduling
 from geneva_drive.config import settings
 from geneva_drive.models import OperatorAction, StepExecution, utcnow
 from geneva_drive.states import (
     CURRENT_STEP_STATES,
     RUNNABLE_WORKFLOW_STATES,
+    Operation,
     StepState,
     WorkflowState,
 )
@@ -80,7 +82,7 @@ def _load_facts(session: Session, workflows: list[Workflow]) -> _Facts:
         for execution in _latest_per_workflow(session, StepExecution, paused):
             facts.last[execution.workflow_id] = execution
         actions = _latest_per_workflow(
-            session, OperatorAction, paused, OperatorAction.action == "pause"
+            session, OperatorAction, paused, OperatorAction.action == Operation.PAUSE
         )
         for action in actions:
             if action.workflow_id is not None:
@@ -90,8 +92,6 @@ def _load_facts(session: Session, workflows: list[Workflow]) -> _Facts:
 
 def why_waiting(workflow: Workflow, now: datetime | None = None) -> str:
     """The line for one workflow (it must be attached to a session)."""
-    from geneva_drive import scheduling
-
     session = scheduling.session_of(workflow)
     return _line(workflow, _load_facts(session, [workflow]), now or utcnow())
 

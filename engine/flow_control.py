@@ -22,9 +22,12 @@ class FlowAction(StrEnum):
     SUSPEND = "suspend"
 
 
-class FlowControlSignal(BaseException):
+class FlowInterrupt(BaseException):
     """Raised by ``cancel()``, ``pause()``, ``skip()``, ``reattempt()``, ``finish()`` and
-    ``suspend()`` inside a step; the executor turns it into the step's outcome."""
+    ``suspend()`` inside a step; the executor turns it into the step's outcome.
+
+    A non-local exit, not a workflow signal (those are ``geneva_drive.signals``): the gem's
+    ``throw``. It was called ``FlowControlSignal`` before issue 17."""
 
     def __init__(self, action: FlowAction, **options: Any) -> None:
         super().__init__(action.value)

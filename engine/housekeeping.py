@@ -60,10 +60,10 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, scheduling
+from geneva_drive import db, lateness, metrics, scheduling, transitions
 from geneva_drive.config import settings
-from geneva_drive.executor import transition_step
 from geneva_drive.instrumentation import ContextAdapter, housekeeping_performed, report_error
+from geneva_drive.lateness import is_stuck
 from geneva_drive.models import Signal, StepExecution, utcnow
 from geneva_drive.states import (
     TERMINAL_WORKFLOW_STATES,
@@ -292,16 +292,14 @@ def _stuck_ids(state: str, now: datetime, excluded: set[int], newest: int) -> li
     batch = settings.housekeeping_batch_size
     if state == StepState.IN_PROGRESS:
         column = StepExecution.started_at
-        cutoff = now - settings.stuck_in_progress_threshold
+        stuck = lateness.stuck_in_progress_condition(now)
     else:
         column = StepExecution.scheduled_for
-        cutoff = now - settings.stuck_scheduled_threshold
-    query = select(StepExecution.id).where(
-        StepExecution.state == state, column < cutoff, StepExecution.id <= newest
-    )
+        stuck = lateness.stuck_scheduled_condition(now)
+    query = select(StepExecution.id).where(stuck, StepExecution.id <= newest)
     if state == StepState.SCHEDULED:
         query = query.join(Workflow, Workflow.id == StepExecution.workflow_id).where(
-            Workflow.state != WorkflowState.PAUSED
+            Workflow.state != lateness.NOT_STUCK_WORKFLOW_STATE
         )
     if excluded:
         query = query.where(StepExecution.id.not_in(sorted(excluded)))
@@ -360,16 +358,6 @@ def recover_execution(execution_id: int, now: datetime | None = None) -> bool:
         session.close()
 
 
-def is_stuck(execution: StepExecution, now: datetime) -> bool:
-    """The sweeps' definition of stuck, for one row (re-checked under the lock)."""
-    if execution.state == StepState.IN_PROGRESS:
-        started = execution.started_at
-        return started is not None and started < now - settings.stuck_in_progress_threshold
-    if execution.state == StepState.SCHEDULED:
-        return execution.scheduled_for < now - settings.stuck_scheduled_threshold
-    return False
-
-
 def _lock(session: Session, execution_id: int) -> tuple[Workflow, StepExecution] | None:
     db.begin_write(session)
     workflow_id = session.scalar(
@@ -401,29 +389,25 @@ def _lock(session: Session, execution_id: int) -> tuple[Workflow, StepExecution]
 def _recover(session: Session, workflow: Workflow, execution: StepExecution, now: datetime) -> None:
     if is_terminal(workflow.state):
         # Nothing may run for a finished/canceled workflow; only close the orphan.
-        transition_step(execution, StepState.CANCELED, Outcome.RECOVERED)
+        transitions.cancel_execution(execution, Outcome.RECOVERED)
         return
     if settings.stuck_recovery_action == "cancel":
-        transition_step(execution, StepState.CANCELED, Outcome.RECOVERED)
-        workflow.state = WorkflowState.CANCELED
-        workflow.transitioned_at = now
-        workflow.current_step_name = None
+        transitions.cancel_execution(execution, Outcome.RECOVERED)
+        transitions.workflow_canceled(workflow)
         return
     if settings.stuck_recovery_action != "reattempt":
         raise ValueError(f"Unknown stuck_recovery_action: {settings.stuck_recovery_action}")
-    transition_step(execution, StepState.COMPLETED, Outcome.RECOVERED)
+    transitions.complete_execution(execution, Outcome.RECOVERED)
     if workflow.state == WorkflowState.PAUSED:
         # Paused while its worker died: resume() decides when the step runs again.
-        workflow.current_step_name = None
         return
-    workflow.state = WorkflowState.READY
+    transitions.workflow_ready(workflow)
     step_def = workflow.steps.named(execution.step_name)
     session.flush()
     if step_def is not None and step_def.resumable:
         scheduling.create_successor_execution(session, workflow, execution)
     else:
         scheduling.reschedule_current_step(session, workflow, current=execution.step_name)
-    workflow.current_step_name = None
 
 
 # --- 4. gauges -----------------------------------------------------------------------------
@@ -435,8 +419,6 @@ def report_gauges(now: datetime) -> None:
     The counts come from :func:`geneva_drive.metrics.collect`, the same grouped queries that
     ``/metrics`` and the dashboard overview read, so the three can never disagree.
     """
-    from geneva_drive import metrics
-
     with db.new_session() as session:
         snapshot = metrics.collect(session, now)
     metrics.report_gauges(snapshot)

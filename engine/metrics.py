@@ -56,10 +56,11 @@ from typing import Any
 from sqlalchemy import Engine, case, func, select, text
 from sqlalchemy.orm import Session
 
-from geneva_drive import db
+from geneva_drive import db, lateness, metrics_facade
 from geneva_drive.config import settings
 from geneva_drive.models import StepExecution, utcnow
-from geneva_drive.states import RUNNABLE_WORKFLOW_STATES, StepState, WorkflowState
+from geneva_drive.states import StepState, WorkflowState
+from geneva_drive.workflow import Workflow
 
 #: How long a snapshot is served from the cache (Prometheus scrapes every 15 to 60 s).
 CACHE_SECONDS = 5.0
@@ -216,8 +217,7 @@ def _count_executions(
     stuck_threshold: timedelta,
 ) -> None:
     """The three step-execution queries, merged into ``per_class`` (NULL type: not counted)."""
-    waiting_cutoff = now - waiting_threshold if waiting_threshold is not None else None
-    for workflow_type, waiting, overdue in session.execute(_waiting(waiting_cutoff)):
+    for workflow_type, waiting, overdue in session.execute(_waiting(lateness.waiting_cutoff(now))):
         if workflow_type is not None:
             per_class.setdefault(workflow_type, {}).update(
                 waiting=waiting, waiting_overdue=int(overdue or 0)
@@ -227,7 +227,7 @@ def _count_executions(
             per_class.setdefault(workflow_type, {}).update(
                 overdue=overdue, oldest_overdue_at=oldest
             )
-    for workflow_type, stuck in session.execute(_stuck(now - stuck_threshold)):
+    for workflow_type, stuck in session.execute(_stuck(now)):
         if workflow_type is not None:
             per_class.setdefault(workflow_type, {})["stuck_in_progress"] = stuck
 
@@ -238,8 +238,6 @@ _se = StepExecution.__table__
 
 
 def _workflows_table() -> Any:
-    from geneva_drive.workflow import Workflow
-
     return Workflow.__table__
 
 
@@ -260,7 +258,7 @@ def _workflow_type(*, runnable_only: bool = False) -> Any:
     w = _workflows_table()
     lookup = select(w.c.type).where(w.c.id == _se.c.workflow_id)
     if runnable_only:
-        lookup = lookup.where(w.c.state.in_(sorted(RUNNABLE_WORKFLOW_STATES)))
+        lookup = lookup.where(w.c.state.in_(sorted(lateness.OVERDUE_WORKFLOW_STATES)))
     return lookup.scalar_subquery()
 
 
@@ -287,13 +285,13 @@ def _overdue(now: datetime) -> Any:
     rows = select(
         _workflow_type(runnable_only=True).label("workflow_type"),
         _se.c.scheduled_for.label("due"),
-    ).where(_se.c.state == StepState.SCHEDULED, _se.c.scheduled_for < now)
+    ).where(lateness.overdue_condition(now))
     return _grouped(rows, lambda t: func.min(t.c.due))
 
 
-def _stuck(started_before: datetime) -> Any:
+def _stuck(now: datetime) -> Any:
     rows = select(_workflow_type().label("workflow_type")).where(
-        _se.c.state == StepState.IN_PROGRESS, _se.c.started_at < started_before
+        lateness.stuck_in_progress_condition(now)
     )
     return _grouped(rows)
 
@@ -457,8 +455,6 @@ def report_gauges(snapshot: MetricsSnapshot, set_gauge: GaugeSetter | None = Non
     ``geneva_drive.waiting_overdue`` (total and per class with overdue waiters).
     """
     if set_gauge is None:
-        from geneva_drive import metrics_facade
-
         set_gauge = metrics_facade.set_gauge
     for state, total in snapshot.state_totals.items():
         if total:

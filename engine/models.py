@@ -31,7 +31,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
-from geneva_drive.states import Outcome, SignalState, StepState
+from geneva_drive.serialization import deserialize, serialize_cursor
+from geneva_drive.states import CURRENT_STEP_STATES, Outcome, SignalState, StepState, is_overdue
 
 if TYPE_CHECKING:
     from geneva_drive.workflow import Workflow
@@ -231,42 +232,27 @@ class StepExecution(TimestampMixin, Base):
     @property
     def cursor_value(self) -> Any:
         """The deserialized cursor (dates, datetimes, UUIDs and decimals come back typed)."""
-        from geneva_drive.serialization import deserialize
-
         return deserialize(self.cursor)
 
     @cursor_value.setter
     def cursor_value(self, value: Any) -> None:
-        from geneva_drive.serialization import serialize_cursor
-
         self.cursor = serialize_cursor(value)
 
     @property
-    def is_resuming(self) -> bool:
-        return self.continues_from_id is not None
-
-    @property
     def is_overdue(self) -> bool:
-        return self.state == StepState.SCHEDULED and self.scheduled_for < utcnow()
+        return is_overdue(self.state, self.scheduled_for, utcnow())
 
     @property
     def is_active(self) -> bool:
-        from geneva_drive.states import CURRENT_STEP_STATES
-
         return self.state in CURRENT_STEP_STATES
 
     @property
     def duration_seconds(self) -> float | None:
         if self.started_at is None:
             return None
-        end = self.finished_at or self.completed_at or self.failed_at or self.canceled_at
-        if end is None:
+        if self.finished_at is None:
             return None
-        return (end - self.started_at).total_seconds()
-
-    @property
-    def step_definition(self) -> Any:
-        return self.workflow.steps.named(self.step_name)
+        return (self.finished_at - self.started_at).total_seconds()
 
 
 class Signal(TimestampMixin, Base):
@@ -316,8 +302,6 @@ class Signal(TimestampMixin, Base):
 
     @property
     def payload(self) -> Any:
-        from geneva_drive.serialization import deserialize
-
         return deserialize(self.payload_json)
 
     @property
@@ -376,16 +360,6 @@ __all__ = [
     "Signal",
     "StepExecution",
     "UTCDateTime",
-    "Workflow",
     "func",
     "utcnow",
 ]
-
-
-def __getattr__(name: str) -> Any:
-    # ``from geneva_drive.models import Workflow`` works without a circular import at module load.
-    if name == "Workflow":
-        from geneva_drive.workflow import Workflow
-
-        return Workflow
-    raise AttributeError(name)

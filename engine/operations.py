@@ -10,11 +10,21 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
+from sqlalchemy.orm import class_mapper
 
-from geneva_drive import scheduling, signals, states
-from geneva_drive.errors import InvalidStateError, StepNotDefinedError
-from geneva_drive.models import StepExecution, utcnow
-from geneva_drive.states import Outcome, StepState, WorkflowState
+# persistence.flush, not Session.flush(): the engine writes its own rows by Core UPDATE, which
+# also works for a workflow whose class is gone (loaded as plain Workflow), where the unit of
+# work warns about the row's polymorphic identity (issue 17).
+from geneva_drive import persistence, registry, scheduling, signals, states, transitions
+from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepNotDefinedError
+from geneva_drive.models import StepExecution
+from geneva_drive.states import (
+    TERMINAL_WORKFLOW_STATES,
+    Operation,
+    Outcome,
+    StepState,
+    WorkflowState,
+)
 
 if TYPE_CHECKING:
     from geneva_drive.workflow import Workflow
@@ -24,23 +34,23 @@ def _label(workflow: Workflow) -> str:
     return f"{type(workflow).__name__} #{workflow.id}"
 
 
-def _refuse(action: str, workflow: Workflow, hint: str) -> InvalidStateError:
-    verb = {"skip": "skip on"}.get(action, action)
+def _refuse(action: Operation, workflow: Workflow, hint: str) -> InvalidStateError:
+    verb = {Operation.SKIP: "skip on"}.get(action, action)
     return InvalidStateError(
         f"Cannot {verb} a {workflow.state} workflow ({_label(workflow)}). {hint}"
     )
 
 
 _HINTS = {
-    "pause": "Only a ready or performing workflow can be paused.",
-    "cancel": "Only an ongoing workflow (ready, performing or paused) can be canceled.",
-    "skip": "Only a ready or paused workflow can skip its current step.",
-    "resume": "Only a paused workflow can be resumed.",
-    "resume_at": "Only a paused workflow can be resumed at a step; pause it first.",
+    Operation.PAUSE: "Only a ready or performing workflow can be paused.",
+    Operation.CANCEL: "Only an ongoing workflow (ready, performing or paused) can be canceled.",
+    Operation.SKIP: "Only a ready or paused workflow can skip its current step.",
+    Operation.RESUME: "Only a paused workflow can be resumed.",
+    Operation.RESUME_AT: "Only a paused workflow can be resumed at a step; pause it first.",
 }
 
 
-def _check(action: str, workflow: Workflow, allowed: bool) -> None:
+def _check(action: Operation, workflow: Workflow, allowed: bool) -> None:
     if not allowed:
         raise _refuse(action, workflow, _HINTS[action])
 
@@ -53,37 +63,34 @@ def _locked(workflow: Workflow) -> Any:
 
 def pause(workflow: Workflow) -> None:
     """Pause: keeps the scheduled or parked execution, which is canceled if its job fires."""
-    _check("pause", workflow, states.can_pause(workflow.state))
+    _check(Operation.PAUSE, workflow, states.can_pause(workflow.state))
     _locked(workflow)
-    _check("pause", workflow, states.can_pause(workflow.state))
-    workflow.state = WorkflowState.PAUSED
-    workflow.transitioned_at = utcnow()
-    scheduling.session_of(workflow).flush()
+    _check(Operation.PAUSE, workflow, states.can_pause(workflow.state))
+    transitions.workflow_paused(workflow)
+    persistence.flush(scheduling.session_of(workflow))
 
 
 def cancel(workflow: Workflow) -> None:
-    _check("cancel", workflow, states.can_cancel(workflow.state))
+    _check(Operation.CANCEL, workflow, states.can_cancel(workflow.state))
     session = _locked(workflow)
-    _check("cancel", workflow, states.can_cancel(workflow.state))
+    _check(Operation.CANCEL, workflow, states.can_cancel(workflow.state))
     current = scheduling.current_execution(session, workflow)
     if current is not None:
-        current.state = StepState.CANCELED
-        current.outcome = Outcome.CANCELED
-        current.canceled_at = utcnow()
-    workflow.state = WorkflowState.CANCELED
-    workflow.transitioned_at = utcnow()
-    session.flush()
+        transitions.cancel_execution(current)
+    transitions.workflow_canceled(workflow)
+    persistence.flush(session)
 
 
 def skip(workflow: Workflow) -> StepExecution | None:
     """Skip the current step and schedule the next one (or finish)."""
-    _check("skip", workflow, states.can_skip(workflow.state))
+    _check(Operation.SKIP, workflow, states.can_skip(workflow.state))
     session = _locked(workflow)
-    _check("skip", workflow, states.can_skip(workflow.state))
+    _check(Operation.SKIP, workflow, states.can_skip(workflow.state))
     if workflow.state == WorkflowState.PAUSED:
-        workflow.state = WorkflowState.READY
-        workflow.transitioned_at = None
-        running = _release_running(session, workflow, StepState.SKIPPED, Outcome.SKIPPED)
+        # The step it was on (next_step_name; a running step's name is cleared with the pause)
+        # is the one skipped: scheduling counts from it.
+        transitions.workflow_ready(workflow)
+        running = _release_running(session, workflow, StepState.SKIPPED)
         if running is not None:
             signals.settle_for_skipped(session, running)
         failed = session.scalars(
@@ -101,17 +108,13 @@ def skip(workflow: Workflow) -> StepExecution | None:
     else:
         current = scheduling.current_execution(session, workflow)
         if current is not None:
-            current.state = StepState.SKIPPED
-            current.outcome = Outcome.SKIPPED
-            current.skipped_at = utcnow()
-            session.flush()
+            transitions.skip_execution(current)
+            persistence.flush(session)
             signals.settle_for_skipped(session, current)
     return scheduling.schedule_next_step(session, workflow)
 
 
-def _release_running(
-    session: Any, workflow: Workflow, state: str, outcome: str
-) -> StepExecution | None:
+def _release_running(session: Any, workflow: Workflow, state: str) -> StepExecution | None:
     """Close the execution of a paused workflow whose step body is still running.
 
     ``pause()`` may land while a step runs; moving the workflow on (``skip``, ``resume_at``)
@@ -130,14 +133,11 @@ def _release_running(
     ).first()
     if running is None:
         return None
-    now = utcnow()
-    running.state = state
-    running.outcome = outcome
     if state == StepState.SKIPPED:
-        running.skipped_at = now
+        transitions.skip_execution(running)
     else:
-        running.canceled_at = now
-    session.flush()
+        transitions.cancel_execution(running)
+    persistence.flush(session)
     return running
 
 
@@ -149,9 +149,9 @@ def resume(workflow: Workflow) -> StepExecution | None:
     failed step is retried. A workflow stranded on a deleted step is refused *before* anything
     changes (the gem flips to ready first; we validate first so ``resume_at`` stays possible).
     """
-    _check("resume", workflow, states.can_resume(workflow.state))
+    _check(Operation.RESUME, workflow, states.can_resume(workflow.state))
     session = _locked(workflow)
-    _check("resume", workflow, states.can_resume(workflow.state))
+    _check(Operation.RESUME, workflow, states.can_resume(workflow.state))
     current = scheduling.current_execution(session, workflow)
     continuation = None if current is not None else _continuation_point(session, workflow)
     if (
@@ -160,15 +160,14 @@ def resume(workflow: Workflow) -> StepExecution | None:
         and workflow.steps.named(workflow.next_step_name) is None
     ):
         raise _stranded_error(workflow)
-    workflow.transitioned_at = None
     if current is not None and current.state == StepState.IN_PROGRESS:
         # Paused while its step ran, resumed before the step ended: the step is still running,
         # so the workflow goes back to performing and the step's result is applied as usual.
         # (Ready here would make finalize discard the result and leave nothing scheduled.)
-        workflow.state = WorkflowState.PERFORMING
-        session.flush()
+        transitions.workflow_performing(workflow, current.step_name)
+        persistence.flush(session)
         return current
-    workflow.state = WorkflowState.READY
+    transitions.workflow_ready(workflow)
     if current is not None:
         if current.state == StepState.WAITING:
             signals.rendezvous_waiting(session, workflow, current)
@@ -258,7 +257,7 @@ def resume_at(
     class no longer exists (it loads as plain ``Workflow``) onto a class that does, and
     resumes it at a step of that class (SPEC §2.2).
     """
-    _check("resume_at", workflow, states.can_resume_at(workflow.state))
+    _check(Operation.RESUME_AT, workflow, states.can_resume_at(workflow.state))
     target = _target_class(workflow, workflow_class)
     name = str(step_name)
     step_def = target.steps.named(name)
@@ -277,34 +276,35 @@ def resume_at(
             workflow=workflow,
         )
     session = _locked(workflow)
-    _check("resume_at", workflow, states.can_resume_at(workflow.state))
+    _check(Operation.RESUME_AT, workflow, states.can_resume_at(workflow.state))
     if target is not type(workflow):
         _check_slot_free(session, workflow, target)
         workflow.type = target.workflow_name
-    _release_running(session, workflow, StepState.CANCELED, Outcome.CANCELED)
-    workflow.state = WorkflowState.READY
-    workflow.current_step_name = None
-    workflow.transitioned_at = None
+    _release_running(session, workflow, StepState.CANCELED)
+    transitions.workflow_ready(workflow)
     return scheduling.create_step_execution(session, workflow, step_def, None)
 
 
-def _target_class(workflow: Workflow, workflow_class: type[Workflow] | str | None) -> Any:
-    from geneva_drive.workflow import Workflow as BaseWorkflow
-    from geneva_drive.workflow import registered_workflows
+def _base_class(workflow: Workflow) -> Any:
+    """The mapped ``Workflow`` base, which rows of an unknown class load as (the single-table
+    inheritance root; found through the mapper, so operations need not import the DSL)."""
+    return class_mapper(type(workflow)).base_mapper.class_
 
+
+def _target_class(workflow: Workflow, workflow_class: type[Workflow] | str | None) -> Any:
     if workflow_class is None:
         return type(workflow)
-    registry = registered_workflows()
+    known = registry.registered_workflows()
     if isinstance(workflow_class, str):
-        target = registry.get(workflow_class)
+        target = known.get(workflow_class)
     else:
-        target = workflow_class if workflow_class in registry.values() else None
+        target = workflow_class if workflow_class in known.values() else None
     if target is None:
         raise ValueError(
             f"resume_at(workflow_class={workflow_class!r}): not a registered workflow class; "
-            f"known: {', '.join(sorted(registry)) or '(none)'}"
+            f"known: {', '.join(sorted(known)) or '(none)'}"
         )
-    if target is not type(workflow) and type(workflow) is not BaseWorkflow:
+    if target is not type(workflow) and type(workflow) is not _base_class(workflow):
         raise InvalidStateError(
             f"Cannot move {_label(workflow)} to {target.__name__}: only a workflow whose class no "
             "longer exists can be resumed at a step of another class."
@@ -314,10 +314,7 @@ def _target_class(workflow: Workflow, workflow_class: type[Workflow] | str | Non
 
 def _check_slot_free(session: Any, workflow: Workflow, target: Any) -> None:
     """Moving onto ``target`` must not give a hero two ongoing workflows of one class."""
-    from geneva_drive.errors import DuplicateWorkflowError
-    from geneva_drive.states import TERMINAL_WORKFLOW_STATES
-    from geneva_drive.workflow import Workflow as BaseWorkflow
-
+    BaseWorkflow = _base_class(workflow)
     if workflow.allow_multiple or workflow.hero_type is None:
         return
     existing = session.scalar(

@@ -52,9 +52,10 @@ from sqlalchemy.orm import (
 )
 from sqlalchemy.orm.base import NO_VALUE
 
+from geneva_drive import transitions
 from geneva_drive.compiled import Compiled
 from geneva_drive.models import Base, StepExecution, utcnow
-from geneva_drive.states import STRAY_STEP_STATES, Outcome, StepState
+from geneva_drive.states import STRAY_STEP_STATES
 
 # The tables written here: workflows (every Workflow subclass shares the one table) and step
 # executions. Named, not imported: geneva_drive.workflow imports the scheduler, which imports this.
@@ -238,11 +239,7 @@ def stray_sweep(prefix: str = "", exclude: tuple[str, ...] = ()) -> Update:
         table.c.state.in_(stray),
     ]
     conditions.extend(table.c.id != bindparam(name) for name in exclude)
-    return (
-        update(table)
-        .where(*conditions)
-        .values(state=StepState.CANCELED, outcome=Outcome.CANCELED, canceled_at=now, updated_at=now)
-    )
+    return update(table).where(*conditions).values(**transitions.swept_columns(now))
 
 
 _combined: dict[tuple[tuple[tuple[str, tuple[str, ...]], ...], bool, bool], Compiled] = {}

@@ -16,12 +16,18 @@ from datetime import timedelta
 from typing import Any
 
 from geneva_drive.config import to_timedelta
-from geneva_drive.flow_control import FlowControlSignal
+from geneva_drive.errors import StepConfigurationError
+from geneva_drive.flow_control import FlowAction, FlowInterrupt
 
 log = logging.getLogger("geneva_drive.policies")
 
-ACTIONS = ("pause", "cancel", "reattempt", "skip")
-TERMINAL_ACTIONS = ("pause", "cancel", "skip")
+ACTIONS: tuple[str, ...] = (
+    FlowAction.PAUSE,
+    FlowAction.CANCEL,
+    FlowAction.REATTEMPT,
+    FlowAction.SKIP,
+)
+TERMINAL_ACTIONS: tuple[str, ...] = (FlowAction.PAUSE, FlowAction.CANCEL, FlowAction.SKIP)
 REPORT_MODES = ("always", "never", "terminal_only")
 
 
@@ -91,6 +97,52 @@ def _matcher_matches(matcher: Matcher, error: BaseException) -> bool:
     return bool(matcher(error))
 
 
+# The rules of a policy's options, checked here only: ``ExceptionPolicy(...)`` and the step
+# option ``@step(on_exception="...", max_reattempts=..., terminal_action=...)`` both build
+# through ExceptionPolicy.__init__ (step_policy_from_option adds the step's name).
+
+
+def _check_handler(
+    handler: Any, action: Any, wait: Any, max_reattempts: Any, terminal: str
+) -> None:
+    if action is not None or wait is not None or max_reattempts is not None or terminal != "pause":
+        raise ValueError(
+            "Cannot pass action, wait, max_reattempts, or terminal_action when a handler is given"
+        )
+    if not callable(handler):
+        raise TypeError(f"handler must be callable (workflow, error), got {handler!r}")
+
+
+def _check_declarative(
+    action: Any, wait: Any, max_reattempts: Any, terminal: str, terminal_action: Any
+) -> str:
+    """The normalized action, once every option fits it."""
+    if action is None:
+        raise ValueError("Either an action or a handler is required")
+    act = normalize_action(action)
+    if act not in ACTIONS:
+        raise ValueError(
+            f"Invalid action {action!r}: must be one of pause, cancel, reattempt, skip"
+        )
+    if wait is not None and act != "reattempt":
+        raise ValueError('wait= only makes sense with action "reattempt"')
+    if max_reattempts is not None:
+        if act != "reattempt":
+            raise ValueError('max_reattempts= only makes sense with action "reattempt"')
+        positive = isinstance(max_reattempts, int) and not isinstance(max_reattempts, bool)
+        if not positive or max_reattempts <= 0:
+            raise ValueError(
+                f"max_reattempts= must be a positive integer or None, got {max_reattempts!r}"
+            )
+    if terminal not in TERMINAL_ACTIONS:
+        raise ValueError(
+            f"terminal_action= must be one of pause, cancel, skip, got {terminal_action!r}"
+        )
+    if terminal != "pause" and act != "reattempt":
+        raise ValueError('terminal_action= only makes sense with action "reattempt"')
+    return act
+
+
 class ExceptionPolicy:
     """A rule for one kind of exception.
 
@@ -113,45 +165,12 @@ class ExceptionPolicy:
             raise ValueError(f"report: must be one of always, never, terminal_only, got {report!r}")
         terminal = normalize_action(terminal_action)
         if handler is not None:
-            if (
-                action is not None
-                or wait is not None
-                or max_reattempts is not None
-                or terminal != "pause"
-            ):
-                raise ValueError(
-                    "Cannot pass action, wait, max_reattempts, or terminal_action when a handler "
-                    "is given"
-                )
-            if not callable(handler):
-                raise TypeError(f"handler must be callable (workflow, error), got {handler!r}")
+            _check_handler(handler, action, wait, max_reattempts, terminal)
             self.action: str | None = None
         else:
-            if action is None:
-                raise ValueError("Either an action or a handler is required")
-            act = normalize_action(action)
-            if act not in ACTIONS:
-                raise ValueError(
-                    f"Invalid action {action!r}: must be one of pause, cancel, reattempt, skip"
-                )
-            if wait is not None and act != "reattempt":
-                raise ValueError('wait= only makes sense with action "reattempt"')
-            if max_reattempts is not None:
-                if act != "reattempt":
-                    raise ValueError('max_reattempts= only makes sense with action "reattempt"')
-                if (
-                    isinstance(max_reattempts, bool)
-                    or not isinstance(max_reattempts, int)
-                    or max_reattempts <= 0
-                ):
-                    raise ValueError("max_reattempts= must be a positive integer or None")
-            if terminal not in TERMINAL_ACTIONS:
-                raise ValueError(
-                    f"terminal_action= must be one of pause, cancel, skip, got {terminal_action!r}"
-                )
-            if terminal != "pause" and act != "reattempt":
-                raise ValueError('terminal_action= only makes sense with action "reattempt"')
-            self.action = act
+            self.action = _check_declarative(
+                action, wait, max_reattempts, terminal, terminal_action
+            )
         self.wait = to_timedelta(wait, "wait") if wait is not None else None
         if self.wait is not None and self.wait < timedelta(0):
             raise ValueError("wait= must not be negative")
@@ -206,7 +225,7 @@ class ExceptionPolicy:
             return PolicyResult(self.action, error, self.report, wait=self.wait)
         try:
             self.handler(workflow, error)
-        except FlowControlSignal as signal:
+        except FlowInterrupt as signal:
             return PolicyResult(signal.action.value, error, self.report, wait=signal.wait)
         except Exception as handler_error:
             # A broken handler must not leave the step in progress (the gem let it escape and
@@ -303,8 +322,6 @@ def step_policy_from_option(
 
     Raises StepConfigurationError with the gem's messages, naming the step.
     """
-    from geneva_drive.errors import StepConfigurationError
-
     policy_like = isinstance(on_exception, ExceptionPolicy | list | tuple) or (
         callable(on_exception) and not isinstance(on_exception, str)
     )
@@ -341,43 +358,20 @@ def step_policy_from_option(
                 )
         return CombinedExceptionPolicy(list(on_exception))
     if isinstance(on_exception, str):
-        action = normalize_action(on_exception)
-        if action not in ACTIONS:
+        # The step's shorthand for an ExceptionPolicy, checked by the same rules. A reattempting
+        # step without max_reattempts= gets the gem's cap of 100.
+        reattempts = normalize_action(on_exception) == "reattempt"
+        cap = max_reattempts if max_reattempts_given else (100 if reattempts else None)
+        try:
+            return ExceptionPolicy(
+                on_exception,
+                max_reattempts=cap,
+                terminal_action="pause" if terminal_action is None else terminal_action,
+            )
+        except ValueError as error:
             raise StepConfigurationError(
-                f"{step_label} has invalid on_exception={on_exception!r}: must be one of "
-                '"pause", "cancel", "reattempt", "skip"'
-            )
-        if action != "reattempt":
-            if max_reattempts_given and max_reattempts is not None:
-                raise StepConfigurationError(
-                    f'{step_label} has max_reattempts= but on_exception= is not "reattempt"'
-                )
-            if terminal_action is not None:
-                raise StepConfigurationError(
-                    f'{step_label} has terminal_action= but on_exception= is not "reattempt"'
-                )
-            return ExceptionPolicy(action)
-        if (
-            max_reattempts_given
-            and max_reattempts is not None
-            and (
-                isinstance(max_reattempts, bool)
-                or not isinstance(max_reattempts, int)
-                or max_reattempts <= 0
-            )
-        ):
-            raise StepConfigurationError(
-                f"{step_label} has invalid max_reattempts={max_reattempts!r}: must be a positive "
-                "integer or None"
-            )
-        terminal = normalize_action(terminal_action) if terminal_action is not None else "pause"
-        if terminal not in TERMINAL_ACTIONS:
-            raise StepConfigurationError(
-                f"{step_label} has invalid terminal_action={terminal_action!r}: must be one of "
-                '"pause", "cancel", "skip"'
-            )
-        cap = max_reattempts if max_reattempts_given else 100
-        return ExceptionPolicy("reattempt", max_reattempts=cap, terminal_action=terminal)
+                f"{step_label} has an invalid on_exception={on_exception!r}: {error}"
+            ) from error
     if callable(on_exception):
         return ExceptionPolicy(handler=on_exception)
     raise StepConfigurationError(

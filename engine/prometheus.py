@@ -48,6 +48,7 @@ from prometheus_client.registry import REGISTRY, Collector
 
 from geneva_drive import instrumentation
 from geneva_drive.metrics import MetricsSnapshot, get_snapshot
+from geneva_drive.registry import registered_workflows
 
 log = logging.getLogger("geneva_drive.prometheus")
 
@@ -228,8 +229,6 @@ def workflow_label(payload: Mapping[str, Any]) -> str:
     if stored:
         return str(stored)
     class_name = str(payload.get("workflow_class") or "Workflow")
-    from geneva_drive.workflow import registered_workflows
-
     for name, cls in registered_workflows().items():
         if cls.__name__ == class_name:
             return name

@@ -13,14 +13,15 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, object_session
 
-from geneva_drive import db, persistence
+from geneva_drive import db, persistence, transitions
 from geneva_drive.compiled import Compiled
 from geneva_drive.config import settings
+from geneva_drive.errors import StepNotDefinedError
 from geneva_drive.job_options import merge
 from geneva_drive.models import StepExecution, utcnow
-from geneva_drive.states import STRAY_STEP_STATES, StepState, WorkflowState
+from geneva_drive.states import CURRENT_STEP_STATES, STRAY_STEP_STATES
 from geneva_drive.transport import Message, new_job_id, queue_message
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ if TYPE_CHECKING:
 
 
 def session_of(workflow: Workflow) -> Session:
-    from sqlalchemy.orm import object_session
-
     session = object_session(workflow)
     if session is None:
         raise RuntimeError(
@@ -51,17 +50,7 @@ def lock_workflow(session: Session, workflow: Workflow) -> Workflow:
     return workflow
 
 
-def lock_execution(session: Session, execution: StepExecution) -> StepExecution:
-    if db.is_sqlite(session):
-        session.refresh(execution)
-    else:
-        session.refresh(execution, with_for_update=True)
-    return execution
-
-
 def current_execution(session: Session, workflow: Workflow) -> StepExecution | None:
-    from geneva_drive.states import CURRENT_STEP_STATES
-
     return session.scalars(
         select(StepExecution)
         .where(
@@ -93,7 +82,7 @@ def cancel_stray_executions(session: Session, workflow: Workflow, *, flush: bool
             and obj.state in STRAY_STEP_STATES
             and obj not in session.new
         ):
-            session.expire(obj, ["state", "outcome", "canceled_at", "updated_at"])
+            session.expire(obj, list(transitions.SWEPT_ATTRIBUTES))
 
 
 _STRAY_SWEEP = Compiled(persistence.stray_sweep())
@@ -180,8 +169,7 @@ def _insert_execution(
     now = utcnow()
     scheduled_for = now + wait if wait is not None else now
     message = plan_send(workflow, step_def, scheduled_for)
-    if workflow.next_step_name != step_name:  # unchanged: no UPDATE of the workflow row
-        workflow.next_step_name = step_name
+    transitions.point_at(workflow, step_name)
     if not fresh:  # a workflow inserted in this very call has no executions to sweep
         # The changes so far are written right after (before the INSERT): together with it.
         cancel_stray_executions(session, workflow, flush=True)
@@ -191,8 +179,7 @@ def _insert_execution(
         session,
         workflow_id=workflow.id,
         step_name=step_name,
-        state=StepState.SCHEDULED,
-        scheduled_for=scheduled_for,
+        **transitions.new_execution_columns(scheduled_for),
         job_id=message.job_id if message else None,
         sent_at=now if message else None,
         **columns,
@@ -237,10 +224,7 @@ def finish_workflow(session: Session, workflow: Workflow) -> None:
     # an operator skip of a paused workflow's last step leaves the preserved scheduled or
     # parked execution, which the next create would sweep - there is no next create here.
     cancel_stray_executions(session, workflow)
-    workflow.state = WorkflowState.FINISHED
-    workflow.transitioned_at = utcnow()
-    workflow.current_step_name = None
-    workflow.next_step_name = None
+    transitions.workflow_finished(workflow, out_of_steps=True)
     persistence.flush(session)  # Core UPDATEs, not the unit of work (engine/persistence.py)
 
 
@@ -281,8 +265,6 @@ def reschedule_current_step(
     name = reference_step_name(workflow, current)
     step_def = workflow.steps.named(name)
     if step_def is None:
-        from geneva_drive.errors import StepNotDefinedError
-
         raise StepNotDefinedError(
             f"Cannot reschedule {type(workflow).__name__} #{workflow.id}: step '{name}' is not "
             f"defined in {type(workflow).__name__}",

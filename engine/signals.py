@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm import Session
 
-from geneva_drive import scheduling
+from geneva_drive import scheduling, transitions
 from geneva_drive.errors import WorkflowNotOngoing
 from geneva_drive.instrumentation import signal_delivered
 from geneva_drive.models import Signal, StepExecution, utcnow
@@ -26,7 +26,6 @@ from geneva_drive.serialization import check_text, serialize_payload
 from geneva_drive.states import (
     CURRENT_STEP_STATES,
     RESOLVING_OUTCOMES,
-    Outcome,
     SignalState,
     StepState,
     WorkflowState,
@@ -146,9 +145,7 @@ def wake_matching(session: Session, workflow: Workflow, signal: Signal) -> list[
             continue
         claim(signal)
         execution.signal_id = signal.id
-        execution.state = StepState.SCHEDULED
-        execution.scheduled_for = utcnow()
-        execution.waiting_since = None
+        transitions.wake_execution(execution)
         woken.append(execution)
     if woken:
         session.flush()
@@ -286,20 +283,16 @@ def rendezvous_waiting(session: Session, workflow: Workflow, execution: StepExec
     A parked execution of a step that no longer waits for a signal (a deploy dropped its
     ``wait_for=``) is sent to run; the gem leaves it parked for good.
     """
-    from geneva_drive.executor import transition_step
-
     step_def = workflow.steps.named(execution.step_name)
     if step_def is not None and step_def.removed:
-        transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
+        transitions.skip_execution(execution)
         settle_for_skipped(session, execution)
         scheduling.schedule_next_step(session, workflow)
         return
     if step_def is None:
         return
     if not step_def.waits_for_signal:
-        transition_step(execution, StepState.SCHEDULED)
-        execution.scheduled_for = utcnow()
-        execution.waiting_since = None
+        transitions.wake_execution(execution)
         session.flush()
         scheduling.enqueue_execution(session, workflow, execution, step_def, force=True)
         return

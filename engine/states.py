@@ -4,13 +4,17 @@ Every other module (executor, flow control, housekeeping, dispatcher, dashboard 
 asks this module whether a state is ongoing, terminal or active, and which transitions are
 legal. Nothing here touches the database.
 
-Workflow states (geneva_drive ``WORKFLOW_TRANSITIONS``)::
+Workflow states (``WORKFLOW_TRANSITIONS``)::
 
     ready ──▶ performing ──▶ ready ...        (one step after another)
       │            │
-      ├──▶ paused ◀┤          (operator or exception policy; resume() goes back to ready)
+      ├──▶ paused ◀┤          (operator or exception policy)
       ├──▶ finished ◀┤        (terminal)
       └──▶ canceled ◀┘        (terminal)
+
+    paused ──▶ ready          (resume(), skip(), resume_at(), reattempt())
+    paused ──▶ performing     (resume() while the paused step's body still runs)
+    paused ──▶ canceled       (cancel(); housekeeping recovering a stuck step with "cancel")
 
 Step execution states (``STEP_TRANSITIONS``)::
 
@@ -22,9 +26,13 @@ Step execution states (``STEP_TRANSITIONS``)::
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 
 from geneva_drive.errors import InvalidStateTransition
+
+# The functions that perform these transitions, with their bookkeeping, are in
+# geneva_drive.transitions; this module only says what exists and what is legal.
 
 
 class WorkflowState(StrEnum):
@@ -62,6 +70,29 @@ class Outcome(StrEnum):
     FAILED = "failed"
     RECOVERED = "recovered"
     WORKFLOW_PAUSED = "workflow_paused"
+
+
+class Operation(StrEnum):
+    """An operator action on a workflow from outside its steps (engine/operations.py); the
+    dashboard's buttons, its audit log and the bulk actions use these names."""
+
+    PAUSE = "pause"
+    RESUME = "resume"
+    SKIP = "skip"
+    CANCEL = "cancel"
+    REATTEMPT = "reattempt"
+    RESUME_AT = "resume_at"
+    SIGNAL = "signal"
+
+
+#: The operations an operator may apply to many workflows at once, in display order (skip,
+#: reattempt and signal need a look at each workflow first).
+BULK_OPERATIONS: tuple[Operation, ...] = (
+    Operation.PAUSE,
+    Operation.RESUME,
+    Operation.CANCEL,
+    Operation.RESUME_AT,
+)
 
 
 class SignalState(StrEnum):
@@ -109,7 +140,11 @@ WORKFLOW_TRANSITIONS: dict[str, frozenset[str]] = {
             WorkflowState.FINISHED,
         }
     ),
-    WorkflowState.PAUSED: frozenset(),
+    # The gem's executor table has no exit from paused; its operator methods leave it
+    # outside the table. Here every writer goes through the table, so it says what they do.
+    WorkflowState.PAUSED: frozenset(
+        {WorkflowState.READY, WorkflowState.PERFORMING, WorkflowState.CANCELED}
+    ),
     WorkflowState.FINISHED: frozenset(),
     WorkflowState.CANCELED: frozenset(),
 }
@@ -142,7 +177,8 @@ STEP_TRANSITIONS: dict[str, frozenset[str]] = {
     StepState.SKIPPED: frozenset(),
 }
 
-#: The timestamp column the executor's step transition writes for each new state.
+#: The timestamp column a step transition writes for each new state (plus ``finished_at`` for
+#: every state in FINAL_STEP_STATES).
 STEP_STATE_TIMESTAMP: dict[str, str] = {
     StepState.IN_PROGRESS: "started_at",
     StepState.COMPLETED: "completed_at",
@@ -194,7 +230,7 @@ def is_runnable(state: str) -> bool:
 
 
 def check_workflow_transition(old: str, new: str) -> bool:
-    """Validate an executor-driven workflow transition.
+    """Validate a workflow transition (geneva_drive.transitions performs it).
 
     Returns False for a same-state transition (a silent no-op, as in the gem) and True when
     the state should change. Raises :class:`InvalidStateTransition` otherwise.
@@ -207,9 +243,21 @@ def check_workflow_transition(old: str, new: str) -> bool:
 
 
 def check_step_transition(old: str, new: str) -> None:
-    """Validate an executor-driven step-execution transition (no same-state shortcut)."""
+    """Validate a step-execution transition (no same-state shortcut)."""
     if new not in STEP_TRANSITIONS.get(old, frozenset()):
         raise InvalidStateTransition(f"Cannot transition step execution from '{old}' to '{new}'")
+
+
+def is_still_running(workflow_state: str, execution_state: str) -> bool:
+    """True while a step body may go on: its execution is in progress and the workflow is
+    performing it. A resumable step asks this at every checkpoint; once an operator paused,
+    skipped, canceled or resumed the workflow elsewhere it is False and the body stops."""
+    return execution_state == StepState.IN_PROGRESS and workflow_state == WorkflowState.PERFORMING
+
+
+def is_overdue(state: str, scheduled_for: datetime, now: datetime) -> bool:
+    """A scheduled execution past its ``scheduled_for`` (engine/lateness.py: what counts)."""
+    return state == StepState.SCHEDULED and scheduled_for < now
 
 
 # Operator predicates: the dashboard's buttons and the flow-control methods ask these, so the
@@ -220,7 +268,7 @@ def can_pause(state: str) -> bool:
     # The gem allows only ready. We also let an operator pause a performing workflow: the
     # running step is not killed; a resumable step stops at its next checkpoint (outcome
     # workflow_paused), an ordinary step's result is discarded and the step runs again on resume.
-    return state in (WorkflowState.READY, WorkflowState.PERFORMING)
+    return state in RUNNABLE_WORKFLOW_STATES
 
 
 def can_resume(state: str) -> bool:
@@ -228,7 +276,7 @@ def can_resume(state: str) -> bool:
 
 
 def can_cancel(state: str) -> bool:
-    return state in (WorkflowState.READY, WorkflowState.PERFORMING, WorkflowState.PAUSED)
+    return state in ONGOING_WORKFLOW_STATES
 
 
 def can_skip(state: str) -> bool:
@@ -243,21 +291,17 @@ def can_signal(state: str) -> bool:
     return is_ongoing(state)
 
 
-def allowed_operator_actions(state: str) -> list[str]:
+_OPERATION_ALLOWED = (
+    (Operation.PAUSE, can_pause),
+    (Operation.RESUME, can_resume),
+    (Operation.SKIP, can_skip),
+    (Operation.CANCEL, can_cancel),
+    (Operation.REATTEMPT, can_resume),
+    (Operation.RESUME_AT, can_resume_at),
+    (Operation.SIGNAL, can_signal),
+)
+
+
+def allowed_operator_actions(state: str) -> list[Operation]:
     """The operator actions that make sense for a workflow in ``state``, in display order."""
-    actions = []
-    if can_pause(state):
-        actions.append("pause")
-    if can_resume(state):
-        actions.append("resume")
-    if can_skip(state):
-        actions.append("skip")
-    if can_cancel(state):
-        actions.append("cancel")
-    if can_resume(state):
-        actions.append("reattempt")
-    if can_resume_at(state):
-        actions.append("resume_at")
-    if can_signal(state):
-        actions.append("signal")
-    return actions
+    return [operation for operation, allowed in _OPERATION_ALLOWED if allowed(state)]

@@ -95,7 +95,11 @@ def _is_duration_like(value: Any) -> bool:
 def build_definition(
     class_name: str, name: str, fn: Callable[..., Any] | None, spec: StepSpec
 ) -> StepDefinition:
-    """Validate one step's options, in the gem's order, and build its definition."""
+    """Validate one step's options, in the gem's order, and build its definition.
+
+    One check per option below; the exception-policy options go through the one path of
+    ExceptionPolicy (policies.step_policy_from_option).
+    """
     label = f"Step '{name}' of {class_name}"
     opts = dict(spec.options)
     if spec.removed:
@@ -103,22 +107,7 @@ def build_definition(
     if fn is None or not callable(fn):
         raise StepConfigurationError(f"{label} requires a function or a method to run")
 
-    wait = opts.pop("wait", None)
-    if wait is not None:
-        if isinstance(wait, str) or hasattr(wait, "matches"):
-            raise StepConfigurationError(
-                f"{label} has wait={wait!r} — wait= takes a duration; to wait for a signal, use "
-                "wait_for="
-            )
-        if isinstance(wait, bool) or not isinstance(wait, timedelta | int | float):
-            raise StepConfigurationError(
-                f"{label} has invalid wait={wait!r}: use a datetime.timedelta or seconds"
-            )
-        if not isinstance(wait, timedelta):
-            wait = timedelta(seconds=wait)
-        if wait < timedelta(0):
-            raise StepConfigurationError(f"{label} has invalid wait value: must be non-negative")
-
+    wait = _check_wait(label, opts.pop("wait", None))
     max_given = "max_reattempts" in opts
     max_reattempts = opts.pop("max_reattempts", None)
     terminal_action = opts.pop("terminal_action", None)
@@ -126,66 +115,22 @@ def build_definition(
     policy = step_policy_from_option(
         label, on_exception, max_reattempts, max_given, terminal_action
     )
-
     before = opts.pop("before_step", None)
     after = opts.pop("after_step", None)
     if before is not None and after is not None:
         raise StepConfigurationError(
             f"{label} cannot specify both before_step= and after_step=; pick one"
         )
-
-    skip_if = opts.pop("skip_if", None)
-    if skip_if is not None and not (isinstance(skip_if, str | bool) or callable(skip_if)):
-        raise StepConfigurationError(
-            f"{label} has invalid skip_if=: must be a method name, a callable taking the workflow, "
-            f"a bool, or None, but was {type(skip_if).__name__}"
-        )
-
+    skip_if = _check_skip_if(label, opts.pop("skip_if", None))
     job_options = validate_job_options(opts.pop("job_options", None), f"Step '{name}'")
-
-    wait_for = opts.pop("wait_for", None)
-    if wait_for is not None:
-        if _is_duration_like(wait_for):
-            raise StepConfigurationError(
-                f"{label} has wait_for={wait_for!r} — wait_for= takes a signal name or matcher; "
-                "to delay the step, use wait="
-            )
-        if isinstance(wait_for, str):
-            if not wait_for.strip():
-                raise StepConfigurationError(f"{label} has an empty wait_for= signal name")
-            wait_for = SignalMatcher(wait_for)
-        elif not callable(getattr(wait_for, "matches", None)):
-            raise StepConfigurationError(
-                f"{label} has invalid wait_for=: must be a signal name, a SignalMatcher, or an "
-                f"object with matches(signal), but was {type(wait_for).__name__}"
-            )
-
-    max_iterations = opts.pop("max_iterations", None)
-    max_runtime = opts.pop("max_runtime", None)
-    if spec.resumable:
-        if max_iterations is not None and (
-            isinstance(max_iterations, bool)
-            or not isinstance(max_iterations, int)
-            or max_iterations <= 0
-        ):
-            raise StepConfigurationError(
-                f"Resumable step '{name}' of {class_name} has invalid max_iterations: must be a "
-                "positive integer"
-            )
-        if max_runtime is not None:
-            if isinstance(max_runtime, int | float) and not isinstance(max_runtime, bool):
-                max_runtime = timedelta(seconds=max_runtime)
-            if not isinstance(max_runtime, timedelta) or max_runtime <= timedelta(0):
-                raise StepConfigurationError(
-                    f"Resumable step '{name}' of {class_name} has invalid max_runtime: must be a "
-                    "positive duration"
-                )
-    elif max_iterations is not None or max_runtime is not None:
-        raise StepConfigurationError(
-            f"{label} has max_iterations=/max_runtime=, which only resumable steps take; use "
-            "@resumable_step"
-        )
-
+    wait_for = _check_wait_for(label, opts.pop("wait_for", None))
+    max_iterations, max_runtime = _check_limits(
+        label,
+        f"Resumable step '{name}' of {class_name}",
+        spec.resumable,
+        opts.pop("max_iterations", None),
+        opts.pop("max_runtime", None),
+    )
     opts.pop("name", None)
     if opts:
         raise TypeError(f"{label} got unknown option(s): {', '.join(sorted(opts))}")
@@ -205,6 +150,82 @@ def build_definition(
         max_iterations=max_iterations,
         max_runtime=max_runtime,
     )
+
+
+def _check_wait(label: str, wait: Any) -> timedelta | None:
+    if wait is None:
+        return None
+    if isinstance(wait, str) or hasattr(wait, "matches"):
+        raise StepConfigurationError(
+            f"{label} has wait={wait!r} — wait= takes a duration; to wait for a signal, use "
+            "wait_for="
+        )
+    if isinstance(wait, bool) or not isinstance(wait, timedelta | int | float):
+        raise StepConfigurationError(
+            f"{label} has invalid wait={wait!r}: use a datetime.timedelta or seconds"
+        )
+    duration = wait if isinstance(wait, timedelta) else timedelta(seconds=wait)
+    if duration < timedelta(0):
+        raise StepConfigurationError(f"{label} has invalid wait value: must be non-negative")
+    return duration
+
+
+def _check_skip_if(label: str, skip_if: Any) -> Any:
+    if skip_if is not None and not (isinstance(skip_if, str | bool) or callable(skip_if)):
+        raise StepConfigurationError(
+            f"{label} has invalid skip_if=: must be a method name, a callable taking the workflow, "
+            f"a bool, or None, but was {type(skip_if).__name__}"
+        )
+    return skip_if
+
+
+def _check_wait_for(label: str, wait_for: Any) -> Any:
+    if wait_for is None:
+        return None
+    if _is_duration_like(wait_for):
+        raise StepConfigurationError(
+            f"{label} has wait_for={wait_for!r} — wait_for= takes a signal name or matcher; "
+            "to delay the step, use wait="
+        )
+    if isinstance(wait_for, str):
+        if not wait_for.strip():
+            raise StepConfigurationError(f"{label} has an empty wait_for= signal name")
+        return SignalMatcher(wait_for)
+    if not callable(getattr(wait_for, "matches", None)):
+        raise StepConfigurationError(
+            f"{label} has invalid wait_for=: must be a signal name, a SignalMatcher, or an "
+            f"object with matches(signal), but was {type(wait_for).__name__}"
+        )
+    return wait_for
+
+
+def _check_limits(
+    label: str, resumable_label: str, resumable: bool, max_iterations: Any, max_runtime: Any
+) -> tuple[Any, Any]:
+    """``max_iterations=`` and ``max_runtime=``: resumable steps only, both positive."""
+    if not resumable:
+        if max_iterations is not None or max_runtime is not None:
+            raise StepConfigurationError(
+                f"{label} has max_iterations=/max_runtime=, which only resumable steps take; use "
+                "@resumable_step"
+            )
+        return None, None
+    if max_iterations is not None and (
+        isinstance(max_iterations, bool)
+        or not isinstance(max_iterations, int)
+        or max_iterations <= 0
+    ):
+        raise StepConfigurationError(
+            f"{resumable_label} has invalid max_iterations: must be a positive integer"
+        )
+    if max_runtime is not None:
+        if isinstance(max_runtime, int | float) and not isinstance(max_runtime, bool):
+            max_runtime = timedelta(seconds=max_runtime)
+        if not isinstance(max_runtime, timedelta) or max_runtime <= timedelta(0):
+            raise StepConfigurationError(
+                f"{resumable_label} has invalid max_runtime: must be a positive duration"
+            )
+    return max_iterations, max_runtime
 
 
 class StepCollection:

@@ -8,7 +8,7 @@ Executions due within ``settings.dispatch_horizon`` are sent at commit (with a c
 later ones stay unsent (``sent_at`` NULL) until the dispatcher finds them due, so no transport
 ever holds a long ETA.
 
-Transports: Celery (the default, :mod:`geneva_drive.celery`), the embedded in-process worker of
+Transports: Celery (the default, :mod:`geneva_drive.celery_client`), the embedded in-process worker of
 ``geneva-drive up`` (which polls the table and needs no messages), and the recording transport
 of the test fixture.
 """
@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from geneva_drive.celery_client import CeleryTransport
 from geneva_drive.config import settings
 
 log = logging.getLogger("geneva_drive.transport")
@@ -82,8 +83,6 @@ def set_transport(transport: Transport | None) -> None:
 def get_transport() -> Transport:
     global _transport
     if _transport is None:
-        from geneva_drive.celery import CeleryTransport
-
         _transport = CeleryTransport()
     return _transport
 

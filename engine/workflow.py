@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import Boolean, Index, Select, String, func, select, text
+from sqlalchemy import Boolean, Index, Select, String, func, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import (
     Mapped,
@@ -33,9 +33,9 @@ from sqlalchemy.orm import (
 )
 from sqlalchemy.orm.exc import UnmappedInstanceError
 
-from geneva_drive import db, persistence, scheduling
+from geneva_drive import db, explain, operations, persistence, registry, scheduling, signals
 from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepConfigurationError
-from geneva_drive.flow_control import FlowAction, FlowControlSignal
+from geneva_drive.flow_control import FlowAction, FlowInterrupt
 from geneva_drive.job_options import to_json_options, validate_job_options
 from geneva_drive.models import (
     Base,
@@ -47,6 +47,12 @@ from geneva_drive.models import (
     UTCDateTime,
 )
 from geneva_drive.policies import ExceptionPolicy
+from geneva_drive.registry import (
+    hero_class,
+    register_hero_class,
+    registered_workflows,
+    workflow_class,
+)
 from geneva_drive.states import (
     CURRENT_STEP_STATES,
     TERMINAL_WORKFLOW_STATES,
@@ -54,6 +60,7 @@ from geneva_drive.states import (
     is_ongoing,
 )
 from geneva_drive.steps import StepCollection, StepDefinition, StepSpec, build_definition
+from geneva_drive.transitions import new_workflow_columns, point_at
 
 if TYPE_CHECKING:
     from geneva_drive.models import OperatorAction  # noqa: F401
@@ -64,9 +71,6 @@ _ONGOING_UNIQUE_SQLITE = "state NOT IN ('finished', 'canceled') AND allow_multip
 # The workflow whose step body (or exception handler) runs in this context. Flow-control calls
 # on it end the step instead of acting as operator actions.
 _executing: contextvars.ContextVar[Any] = contextvars.ContextVar("geneva_executing", default=None)
-
-_registry: dict[str, type[Workflow]] = {}
-_hero_classes: dict[str, type[Any]] = {}
 
 
 @contextmanager
@@ -186,7 +190,7 @@ class Workflow(TimestampMixin, Base):
             warnings.filterwarnings("ignore", message=".*Reassigning polymorphic association.*")
             warnings.filterwarnings("ignore", message=".*This declarative base already contains.*")
             super().__init_subclass__(**kwargs)
-        _registry[cls.workflow_name] = cls
+        registry.register_workflow(cls)
 
     def __repr__(self) -> str:
         return (
@@ -245,12 +249,12 @@ class Workflow(TimestampMixin, Base):
         Raises DuplicateWorkflowError when an ongoing workflow of this class already exists for
         ``hero`` (pass ``allow_multiple=True`` to allow several).
         """
-        if cls is Workflow or cls not in _registry.values():
+        if cls is Workflow or not registry.is_registered(cls):
             raise TypeError(
                 f"{cls.__name__}.create(): create a registered Workflow subclass, not {cls.__name__}"
             )
         session = _resolve_session(session, hero)
-        workflow = cls(state=WorkflowState.READY, allow_multiple=bool(allow_multiple))
+        workflow = cls(**new_workflow_columns(), allow_multiple=bool(allow_multiple))
         if hero is not None:
             _hero_identity_ready(session, hero)
         workflow.hero = hero
@@ -277,7 +281,7 @@ class Workflow(TimestampMixin, Base):
         first = cls.steps.next_after(None)
         if first is not None:
             # Written with the INSERT, so scheduling the first step only inserts its execution.
-            workflow.next_step_name = first.name
+            point_at(workflow, first.name)
         try:
             # Inserted inside the savepoint: on a unique-index violation (a race) its rollback
             # leaves the caller's transaction usable, and the object never joined the session.
@@ -330,12 +334,15 @@ class Workflow(TimestampMixin, Base):
         names = [s.name for s in cls.steps.removed]
         if not names:
             return {}
+        # From ``cls`` itself, as ongoing() does: the mapper adds its polymorphic filter, so a
+        # subclass that inherits the gravestone counts too ({} means "drained, delete the
+        # gravestone", which would strand the subclass's workflows).
         rows = session.execute(
             select(StepExecution.step_name, func.count())
-            .join(Workflow, Workflow.id == StepExecution.workflow_id)
+            .select_from(cls)
+            .join(StepExecution, StepExecution.workflow_id == cls.id)
             .where(
-                Workflow.type == cls.workflow_name,
-                Workflow.state.not_in(list(TERMINAL_WORKFLOW_STATES)),
+                cls.state.not_in(list(TERMINAL_WORKFLOW_STATES)),
                 StepExecution.step_name.in_(names),
             )
             .group_by(StepExecution.step_name)
@@ -418,9 +425,7 @@ class Workflow(TimestampMixin, Base):
 
     def why_waiting(self, now: datetime | None = None) -> str:
         """One line saying why this workflow is not moving (the dashboard's why line)."""
-        from geneva_drive.explain import why_waiting
-
-        return why_waiting(self, now=now)
+        return explain.why_waiting(self, now=now)
 
     # --- hooks around every step body (override in a subclass) ------------------------------
 
@@ -443,25 +448,19 @@ class Workflow(TimestampMixin, Base):
     def cancel(self) -> None:
         """In a step: cancel the workflow. Outside: operator cancel (ready or paused)."""
         if self._in_step():
-            raise FlowControlSignal(FlowAction.CANCEL)
-        from geneva_drive import operations
-
+            raise FlowInterrupt(FlowAction.CANCEL)
         operations.cancel(self)
 
     def pause(self) -> None:
         """In a step: pause the workflow. Outside: operator pause (ready only)."""
         if self._in_step():
-            raise FlowControlSignal(FlowAction.PAUSE)
-        from geneva_drive import operations
-
+            raise FlowInterrupt(FlowAction.PAUSE)
         operations.pause(self)
 
     def skip(self) -> None:
         """In a step: skip it. Outside: operator skip of the current step (ready or paused)."""
         if self._in_step():
-            raise FlowControlSignal(FlowAction.SKIP)
-        from geneva_drive import operations
-
+            raise FlowInterrupt(FlowAction.SKIP)
         operations.skip(self)
 
     def reattempt(self, wait: timedelta | float | None = None, rewind: bool = False) -> None:
@@ -473,9 +472,7 @@ class Workflow(TimestampMixin, Base):
         if self._in_step():
             if wait is not None and not isinstance(wait, timedelta):
                 wait = timedelta(seconds=wait)
-            raise FlowControlSignal(FlowAction.REATTEMPT, wait=wait, rewind=rewind)
-        from geneva_drive import operations
-
+            raise FlowInterrupt(FlowAction.REATTEMPT, wait=wait, rewind=rewind)
         operations.reattempt(self)
 
     def finish(self) -> None:
@@ -485,7 +482,7 @@ class Workflow(TimestampMixin, Base):
                 f"finish() ends a workflow from inside one of its steps; {type(self).__name__} "
                 f"#{self.id} is {self.state}. To stop it from outside, use cancel()."
             )
-        raise FlowControlSignal(FlowAction.FINISHED)
+        raise FlowInterrupt(FlowAction.FINISHED)
 
     def suspend(self, wait: timedelta | float | None = None) -> None:
         """In a resumable step: end this execution and continue from the cursor after ``wait``."""
@@ -497,12 +494,10 @@ class Workflow(TimestampMixin, Base):
             )
         if wait is not None and not isinstance(wait, timedelta):
             wait = timedelta(seconds=wait)
-        raise FlowControlSignal(FlowAction.SUSPEND, wait=wait)
+        raise FlowInterrupt(FlowAction.SUSPEND, wait=wait)
 
     def resume(self) -> StepExecution | None:
         """Operator: continue a paused workflow (re-sends its preserved execution or retries)."""
-        from geneva_drive import operations
-
         return operations.resume(self)
 
     def resume_at(
@@ -513,16 +508,12 @@ class Workflow(TimestampMixin, Base):
         ``workflow_class`` moves a workflow whose class no longer exists onto a registered
         class and resumes it at one of that class's steps.
         """
-        from geneva_drive import operations
-
         return operations.resume_at(self, step_name, workflow_class=workflow_class)
 
     def signal(
         self, name: str, payload: Any = None, idempotency_key: Any = None, **unknown: Any
     ) -> Signal:
         """Deliver an external event to this workflow (atomic; safe to retry with a key)."""
-        from geneva_drive import signals
-
         return signals.deliver(
             self, name, payload=payload, idempotency_key=idempotency_key, **unknown
         )
@@ -546,25 +537,15 @@ def _still_loaded(hero: Any) -> bool:
     """
     if hero is None:
         return True
-    from sqlalchemy import inspect
-
     state = inspect(hero, raiseerr=False)
     if state is None:
         return True
     return bool(state.persistent and not state.expired)
 
 
-def workflow_class(name: str) -> type[Workflow] | None:
-    return _registry.get(name)
-
-
-def registered_workflows() -> dict[str, type[Workflow]]:
-    return dict(_registry)
-
-
 def unregister(name: str) -> None:
     """Forget a workflow class (tests); rows of its type then load as plain Workflow."""
-    cls = _registry.pop(name, None)
+    cls = registry.forget_workflow(name)
     if cls is not None:
         Workflow.__mapper__.polymorphic_map.pop(name, None)
 
@@ -656,8 +637,6 @@ def _register(
 
 
 def hero_key(hero: Any) -> tuple[str, str]:
-    from sqlalchemy import inspect
-
     try:
         mapper = inspect(type(hero))
     except Exception as exc:
@@ -676,29 +655,8 @@ def hero_key(hero: Any) -> tuple[str, str]:
             f"hero {type(hero).__name__} has no primary key yet; add it to the session and flush "
             "before creating the workflow"
         )
-    _hero_classes[type(hero).__name__] = type(hero)
+    registry.register_hero_class(type(hero))
     return type(hero).__name__, str(identity)
-
-
-def register_hero_class(cls: type[Any]) -> None:
-    """Make ``hero_type`` values of ``cls`` loadable in processes that never created one."""
-    _hero_classes[cls.__name__] = cls
-
-
-def hero_class(hero_type: str) -> type[Any] | None:
-    cls = _hero_classes.get(hero_type)
-    if cls is not None:
-        return cls
-    from sqlalchemy.orm import mapperlib
-
-    registries = list(getattr(mapperlib, "_mapper_registries", {}))
-    for reg in registries:
-        for mapper in list(reg.mappers):
-            if mapper.class_.__name__ == hero_type:
-                found: type[Any] = mapper.class_
-                _hero_classes[hero_type] = found
-                return found
-    return None
 
 
 def load_hero(session: Session | None, hero_type: str | None, hero_id: str | None) -> Any:
@@ -710,8 +668,6 @@ def load_hero(session: Session | None, hero_type: str | None, hero_id: str | Non
             f"hero_type {hero_type!r} names no mapped class in this process; import the module "
             "that defines it (GENEVA_WORKFLOW_MODULES) or call engine.register_hero_class()"
         )
-    from sqlalchemy import inspect
-
     column = inspect(cls).primary_key[0]
     try:
         python_type = column.type.python_type
@@ -726,8 +682,6 @@ def load_hero(session: Session | None, hero_type: str | None, hero_id: str | Non
 
 
 def _hero_identity_ready(session: Session, hero: Any) -> None:
-    from sqlalchemy import inspect
-
     state = inspect(hero, raiseerr=False)
     if state is None:
         raise TypeError(f"hero must be an SQLAlchemy-mapped object, got {type(hero).__name__}")

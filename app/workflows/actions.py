@@ -20,8 +20,9 @@ from geneva_drive.dashboard.urls import url_for
 from geneva_drive.dashboard.workflows import bp
 from geneva_drive.dashboard.workflows.views import list_context, load_workflow, render_detail
 from geneva_drive.models import OperatorAction
+from geneva_drive.states import Operation
 
-SIMPLE_ACTIONS = ("pause", "resume", "skip", "cancel", "reattempt", "resume_at")
+SIMPLE_ACTIONS = tuple(op for op in Operation if op != Operation.SIGNAL)
 
 
 def _actor() -> str:

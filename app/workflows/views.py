@@ -31,6 +31,7 @@ def list_context(filters: queries.WorkflowFilters) -> dict[str, Any]:
         "states": [s.value for s in WorkflowState],
         "due_filters": queries.DUE_FILTERS,
         "bulk_actions": presenters.BULK_ACTIONS if user is not None and user.can_act else {},
+        "dangerous_bulk_actions": presenters.DANGEROUS_BULK_ACTIONS,
         "bulk_steps": [s.name for s in cls.steps.runnable] if cls is not None else [],
         "bulk_cap": dashboard_config()["BULK_CAP"],
     }

@@ -12,10 +12,10 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from geneva_drive import executor, scheduling
+from geneva_drive import executor, scheduling, transitions
 from geneva_drive.models import Signal, StepExecution, utcnow
 from geneva_drive.signal_matcher import matcher_name
-from geneva_drive.states import Outcome, StepState, WorkflowState
+from geneva_drive.states import StepState, WorkflowState
 
 __all__ = [
     "assert_cursor",
@@ -120,14 +120,13 @@ def perform_step_inline(workflow: Any, step_name: str | None = None) -> StepExec
             StepExecution.workflow_id == workflow.id,
             StepExecution.state.in_([StepState.SCHEDULED, StepState.WAITING]),
         )
-        .values(state=StepState.CANCELED, outcome=Outcome.CANCELED, canceled_at=now)
+        .values(**transitions.swept_columns(now))
         .execution_options(synchronize_session=False)
     )
     execution = StepExecution(
         workflow_id=workflow.id,
         step_name=definition.name,
-        state=StepState.SCHEDULED,
-        scheduled_for=now,
+        **transitions.new_execution_columns(now),
     )
     session.add(execution)
     session.flush()

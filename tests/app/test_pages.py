@@ -308,7 +308,8 @@ def test_pages_load_htmx_from_static_not_a_cdn(operator_client):
     html = operator_client.get("/").get_data(as_text=True)
     assert "/static/vendor/htmx-2.0.11.min.js" in html
     assert "unpkg" not in html and "cdn" not in html.lower()
-    assert operator_client.get("/static/vendor/htmx-2.0.11.min.js").status_code == 200
+    with operator_client.get("/static/vendor/htmx-2.0.11.min.js") as response:
+        assert response.status_code == 200
 
 
 @pytest.mark.parametrize("width_hint", ["375"])

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from geneva_drive import workflow as workflow_module
+from geneva_drive import registry as registry_module
 from geneva_drive.workflow import Workflow
 
 MANUAL = Path(__file__).resolve().parents[2] / "docs" / "MANUAL.md"
@@ -119,13 +119,13 @@ SHARED_NAMESPACE = _shared_namespace()
 @pytest.fixture
 def isolated_registry():
     """Forget the workflow classes an example defines once it is over."""
-    registry = dict(workflow_module._registry)
+    registry = dict(registry_module._workflows)
     polymorphic = dict(Workflow.__mapper__.polymorphic_map)
     try:
         yield
     finally:
-        workflow_module._registry.clear()
-        workflow_module._registry.update(registry)
+        registry_module._workflows.clear()
+        registry_module._workflows.update(registry)
         mapping = Workflow.__mapper__.polymorphic_map
         mapping.clear()
         mapping.update(polymorphic)

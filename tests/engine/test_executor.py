@@ -11,7 +11,7 @@ from sqlalchemy import update
 from geneva_drive import ExceptionPolicy, Workflow, removed_step, step
 from geneva_drive.errors import StepNotDefinedError
 from geneva_drive.executor import execute
-from geneva_drive.flow_control import FlowControlSignal
+from geneva_drive.flow_control import FlowInterrupt
 from geneva_drive.models import StepExecution
 from geneva_drive.testing import perform_next_step, speedrun_workflow
 from geneva_drive.workflow import Workflow as BaseWorkflow
@@ -592,8 +592,8 @@ def test_flow_control_is_not_swallowed_by_except_exception(geneva_session):
         def never(self):
             trace.append("never")
 
-    assert issubclass(FlowControlSignal, BaseException)
-    assert not issubclass(FlowControlSignal, Exception)
+    assert issubclass(FlowInterrupt, BaseException)
+    assert not issubclass(FlowInterrupt, Exception)
     wf = ExecSwallowWorkflow.create(hero=make_order(geneva_session))
     speedrun_workflow(wf)
     assert trace == ["finally"]

@@ -140,15 +140,18 @@ class Process:
     def __init__(self, args: list[str], env: dict[str, str], log_path: Path) -> None:
         self.args = args
         self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()/kill()
-        self.popen = subprocess.Popen(
-            args,
-            cwd=env.get("GENEVA_TEST_CWD", str(ROOT)),
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        # The child writes the log through its own copy of the descriptor; ours is closed at
+        # once (output() reads the file by path), so no process the test lets go of leaves an
+        # unclosed file behind (pytest's filterwarnings = error).
+        with open(log_path, "ab") as log:
+            self.popen = subprocess.Popen(
+                args,
+                cwd=env.get("GENEVA_TEST_CWD", str(ROOT)),
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     @property
     def pid(self) -> int:
@@ -187,13 +190,11 @@ class Process:
                 self._signal_group(signal.SIGKILL)
                 self.popen.wait(10)
         self._signal_group(signal.SIGKILL)  # stray pool children, if any
-        self._log.close()
         return self.popen.returncode
 
     def kill(self) -> None:
         self._signal_group(signal.SIGKILL)
         self.popen.wait(10)
-        self._log.close()
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive import db, executor
 from geneva_drive.models import StepExecution
-from geneva_drive.states import StepState, WorkflowState
+from geneva_drive.states import RUNNABLE_WORKFLOW_STATES, StepState
 from geneva_drive.workflow import Workflow
 from tests.conftest import Order
 
@@ -183,7 +183,7 @@ def drain(max_rounds: int = 200, *, swallow: bool = True) -> int:
                     .join(Workflow, Workflow.id == StepExecution.workflow_id)
                     .where(
                         StepExecution.state == StepState.SCHEDULED,
-                        Workflow.state.in_([WorkflowState.READY, WorkflowState.PERFORMING]),
+                        Workflow.state.in_(sorted(RUNNABLE_WORKFLOW_STATES)),
                     )
                     .order_by(StepExecution.id)
                 )

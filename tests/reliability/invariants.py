@@ -14,7 +14,13 @@ Always (even while workers run):
   claimed; ``consumed`` only when something was consumed; the timestamps match the counters;
 * every workflow state, step state, signal state and (step state, outcome) pair is legal;
 * no execution or signal without its workflow (orphans);
-* a finished or canceled workflow has no current execution.
+* a finished or canceled workflow has no current execution;
+* ``current_step_name`` is set exactly while the workflow is ``performing`` (a step body runs
+  for it); otherwise scheduling would count from a step the workflow already left;
+* a closed execution (FINAL_STEP_STATES) has ``finished_at``.
+
+And, given the (execution id, time) of each body run a test recorded
+(:func:`check_body_runs`): no body runs for an execution that is no longer in progress.
 
 When ``quiescent=True`` (no worker, dispatcher or operator is running any more, after recovery):
 
@@ -26,7 +32,9 @@ When ``quiescent=True`` (no worker, dispatcher or operator is running any more, 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Engine, select
@@ -82,7 +90,13 @@ def check_invariants(
         workflows = {
             row.id: row
             for row in connection.execute(
-                select(_wf.c.id, _wf.c.state, _wf.c.type, _wf.c.next_step_name)
+                select(
+                    _wf.c.id,
+                    _wf.c.state,
+                    _wf.c.type,
+                    _wf.c.current_step_name,
+                    _wf.c.next_step_name,
+                )
             )
         }
         executions = list(
@@ -94,6 +108,7 @@ def check_invariants(
                     _ex.c.state,
                     _ex.c.outcome,
                     _ex.c.signal_id,
+                    _ex.c.finished_at,
                 )
             )
         )
@@ -134,6 +149,12 @@ def evaluate(
     for wf in workflows.values():
         if wf.state not in workflow_states:
             report.add(f"workflow {wf.id}: unknown state {wf.state!r}")
+        performing = wf.state == states.WorkflowState.PERFORMING
+        if performing != (wf.current_step_name is not None):
+            report.add(
+                f"workflow {wf.id}: {wf.state} with current_step_name={wf.current_step_name!r} "
+                "(set exactly while performing)"
+            )
 
     active: Counter[int] = Counter()
     current: defaultdict[int, list[Any]] = defaultdict(list)
@@ -152,6 +173,8 @@ def evaluate(
             current[ex.workflow_id].append(ex)
             if ex.signal_id is not None:
                 attached_current[ex.signal_id].append(ex.id)
+        if ex.state in states.FINAL_STEP_STATES and ex.finished_at is None:
+            report.add(f"{label}: {ex.state} without finished_at")
         if ex.state == states.StepState.WAITING and ex.signal_id is not None:
             report.add(f"{label}: parked at the gate but already holds signal {ex.signal_id}")
         if ex.signal_id is not None:
@@ -217,6 +240,37 @@ def evaluate(
                     "executions (nothing would run it)"
                 )
     return report
+
+
+def check_body_runs(
+    target: Engine | Connection | Session, runs: Iterable[tuple[int, datetime]]
+) -> list[str]:
+    """Every body run recorded at a time after its execution was closed (``finished_at``)."""
+    runs = list(runs)
+    connection, own = _connection_of(target)
+    try:
+        rows = connection.execute(
+            select(_ex.c.id, _ex.c.finished_at).where(
+                _ex.c.id.in_({execution_id for execution_id, _ in runs})
+            )
+        )
+        closed = {row.id: row.finished_at for row in rows}
+    finally:
+        if own:
+            connection.close()
+    return [
+        f"execution {execution_id}: body ran at {at} after it was closed at {closed[execution_id]}"
+        for execution_id, at in runs
+        if closed.get(execution_id) is not None and at > closed[execution_id]
+    ]
+
+
+def assert_body_runs_in_progress(
+    target: Engine | Connection | Session, runs: Iterable[tuple[int, datetime]]
+) -> None:
+    """Raise AssertionError when a body ran for an execution no longer in progress."""
+    violations = check_body_runs(target, runs)
+    assert not violations, "\n".join(violations)
 
 
 def assert_invariants(

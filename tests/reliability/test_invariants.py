@@ -10,16 +10,41 @@ from sqlalchemy import text
 
 from geneva_drive import Workflow, step
 from geneva_drive.models import utcnow
+from geneva_drive.states import FINAL_STEP_STATES
 from geneva_drive.testing import speedrun_workflow
 from tests.conftest import Order
-from tests.reliability.invariants import assert_invariants, check_invariants, evaluate
+from tests.reliability.invariants import (
+    assert_invariants,
+    check_body_runs,
+    check_invariants,
+    evaluate,
+)
+
+NOW = utcnow()
 
 
-def wf(id, state="ready"):
-    return SimpleNamespace(id=id, state=state, type="W", next_step_name="a")
+_UNSET = object()
 
 
-def ex(id, workflow_id, state="scheduled", outcome=None, signal_id=None, step_name="a"):
+def wf(id, state="ready", current_step_name=_UNSET):
+    if current_step_name is _UNSET:
+        current_step_name = "a" if state == "performing" else None
+    return SimpleNamespace(
+        id=id, state=state, type="W", current_step_name=current_step_name, next_step_name="a"
+    )
+
+
+def ex(
+    id,
+    workflow_id,
+    state="scheduled",
+    outcome=None,
+    signal_id=None,
+    step_name="a",
+    finished_at=_UNSET,
+):
+    if finished_at is _UNSET:
+        finished_at = NOW if state in FINAL_STEP_STATES else None
     return SimpleNamespace(
         id=id,
         workflow_id=workflow_id,
@@ -27,6 +52,7 @@ def ex(id, workflow_id, state="scheduled", outcome=None, signal_id=None, step_na
         outcome=outcome,
         signal_id=signal_id,
         step_name=step_name,
+        finished_at=finished_at,
     )
 
 
@@ -43,9 +69,21 @@ def sig(id, workflow_id, state="pending", claimed=0, consumed=0, claimed_at=None
     )
 
 
-NOW = utcnow()
-
 CASES = {
+    "current step while ready": ({1: wf(1, "ready", "a")}, [], {}, "current_step_name='a'"),
+    "current step while paused": ({1: wf(1, "paused", "a")}, [], {}, "set exactly while"),
+    "performing without current step": (
+        {1: wf(1, "performing", None)},
+        [ex(1, 1, "in_progress")],
+        {},
+        "set exactly while performing",
+    ),
+    "closed without finished_at": (
+        {1: wf(1)},
+        [ex(1, 1, "skipped", "skipped", finished_at=None), ex(2, 1)],
+        {},
+        "skipped without finished_at",
+    ),
     "two active": ({1: wf(1)}, [ex(1, 1), ex(2, 1, "in_progress")], {}, "scheduled/in_progress"),
     "two current": ({1: wf(1)}, [ex(1, 1), ex(2, 1, "waiting")], {}, "current executions"),
     "illegal outcome": ({1: wf(1)}, [ex(1, 1, "completed", "failed")], {}, "illegal state/outcome"),
@@ -111,6 +149,26 @@ def test_quiescent_rules():
     assert "still performing" in text_
     assert "still in_progress" in text_
     assert evaluate({1: wf(1)}, [ex(1, 1)], {}, quiescent=True).ok
+
+
+def test_a_body_run_after_its_execution_closed_is_reported(geneva_session):
+    class InvariantBodyProbe(Workflow):
+        @step
+        def one(self):
+            pass
+
+    order = Order()
+    geneva_session.add(order)
+    geneva_session.flush()
+    workflow = InvariantBodyProbe.create(hero=order)
+    speedrun_workflow(workflow)
+    [execution] = workflow.step_executions
+    assert execution.finished_at is not None
+    before = execution.finished_at - timedelta(seconds=1)
+    after = execution.finished_at + timedelta(seconds=1)
+    assert check_body_runs(geneva_session, [(execution.id, before)]) == []
+    [violation] = check_body_runs(geneva_session, [(execution.id, after)])
+    assert f"execution {execution.id}: body ran at" in violation
 
 
 def test_healthy_database_passes_and_damage_is_found(geneva_session):

@@ -282,6 +282,8 @@ def test_security_headers_on_every_kind_of_response(app, wf_ids):
         "metrics": app.test_client().get("/metrics"),
         "static": client.get("/static/js/app.js"),
     }
+    for response in responses.values():
+        response.close()  # a static file's response holds the file open until closed
     for name, response in responses.items():
         csp = response.headers.get("Content-Security-Policy", "")
         directives = dict(

@@ -1,0 +1,116 @@
+"""The sending side of Celery: the app's configuration and the transport that sends steps.
+
+Below the engine's scheduling layer, which hands it messages (engine/transport.py's default
+transport); it knows task *names* only, never the task functions, so it imports nothing of
+the engine's upper layers. :mod:`geneva_drive.celery` - the worker side - registers the tasks
+on the same app (``celery -A geneva_drive.celery``), so a process that sends and runs steps
+uses one app and one broker connection pool.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from celery import Celery
+
+from geneva_drive.config import settings
+
+if TYPE_CHECKING:
+    from geneva_drive.transport import Message
+
+DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
+#: Task names are stable strings: queued messages outlive refactors of module paths.
+PERFORM_STEP_TASK = "geneva_drive.perform_step"
+DISPATCH_DUE_TASK = "geneva_drive.dispatch_due"
+HOUSEKEEPING_TASK = "geneva_drive.housekeeping"
+
+
+def broker_url() -> str:
+    """``GENEVA_BROKER_URL`` or the local Redis default."""
+    return os.environ.get("GENEVA_BROKER_URL") or DEFAULT_BROKER_URL
+
+
+def default_queue() -> str:
+    """``GENEVA_DEFAULT_QUEUE``: the queue for steps without a ``queue`` job option."""
+    return os.environ.get("GENEVA_DEFAULT_QUEUE") or "default"
+
+
+def beat_schedule() -> dict[str, dict[str, Any]]:
+    """The dispatcher and housekeeping entries of a beat schedule."""
+    queue = default_queue()
+    dispatch_every = settings.dispatch_interval.total_seconds()
+    return {
+        "geneva-drive-dispatch-due": {
+            "task": DISPATCH_DUE_TASK,
+            "schedule": dispatch_every,
+            # A sweep that waited longer than an interval is superseded by the next one.
+            "options": {"expires": max(dispatch_every, 1.0), "queue": queue},
+        },
+        "geneva-drive-housekeeping": {
+            "task": HOUSEKEEPING_TASK,
+            "schedule": settings.housekeeping_interval.total_seconds(),
+            "options": {"queue": queue},
+        },
+    }
+
+
+def new_app(url: str | None = None) -> Celery:
+    """A configured Celery app (broker, queue, acks, beat schedule), without the tasks."""
+    # Not the process's "current" Celery app: a host's shared_task must not bind to this one.
+    celery = Celery("geneva_drive", broker=url or broker_url(), set_as_current=False)
+    queue = default_queue()
+    celery.conf.update(
+        task_ignore_result=True,
+        task_acks_late=True,
+        # A message whose worker process died is redelivered; the executor makes it harmless.
+        task_reject_on_worker_lost=True,
+        # One message per process at a time: a long step must not sit on prefetched messages.
+        worker_prefetch_multiplier=1,
+        task_default_queue=queue,
+        broker_connection_retry_on_startup=True,
+        beat_schedule=beat_schedule(),
+    )
+    return celery
+
+
+_default: Celery | None = None
+
+
+def default_app() -> Celery:
+    """The process's Celery app, made on first use (``geneva_drive.celery.app`` is this one),
+    or the host's own once :func:`geneva_drive.celery.register` was given it."""
+    global _default
+    if _default is None:
+        _default = new_app()
+    return _default
+
+
+def use_app(celery: Celery) -> None:
+    """Send step messages through ``celery`` (a host's own app) from now on."""
+    global _default
+    _default = celery
+
+
+class CeleryTransport:
+    """Sends ``geneva_drive.perform_step(id)`` with the step's queue, priority and countdown."""
+
+    def __init__(self, celery: Celery | None = None) -> None:
+        self._celery = celery
+
+    @property
+    def celery(self) -> Celery:
+        # Not cached: register() may point the process at the host's app after this was made.
+        return self._celery if self._celery is not None else default_app()
+
+    def send(self, message: Message) -> None:
+        options: dict[str, Any] = {"task_id": message.job_id}
+        if message.queue:
+            options["queue"] = message.queue
+        if message.priority is not None:
+            options["priority"] = message.priority
+        if message.countdown:
+            options["countdown"] = message.countdown
+        if message.eta is not None:
+            options["eta"] = message.eta
+        self.celery.send_task(PERFORM_STEP_TASK, args=[message.execution_id], **options)

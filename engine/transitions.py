@@ -1,0 +1,213 @@
+"""Every change of a workflow's or a step execution's state, with the columns that go with it.
+
+This is the only code that assigns ``state`` (and ``current_step_name``, ``next_step_name``,
+``transitioned_at``, ``outcome`` and the execution timestamps, ``finished_at`` included). The
+executor, the operator actions, scheduling, signals and housekeeping call one function per
+transition; each asks the tables of :mod:`geneva_drive.states` whether the move is legal
+(:class:`~geneva_drive.errors.InvalidStateTransition` otherwise) and then writes the state with
+all of its bookkeeping, so no caller can forget a column. (Issue 17: the copies that lived in
+five modules had drifted - an operator's skip left ``finished_at`` NULL and
+``current_step_name`` pointing at the step it skipped, which scheduling then counted from.)
+
+The rules the functions keep (tests/reliability/invariants.py checks them):
+
+* ``current_step_name`` is set exactly while the workflow is ``performing``: entering
+  ``performing`` names the running step; entering any other state clears it.
+* ``transitioned_at`` is set on entering ``paused``, ``finished`` or ``canceled`` and cleared
+  when a workflow leaves ``paused`` (reference engine-core §2.1).
+* every closed execution has ``finished_at`` and the timestamp of its state
+  (``STEP_STATE_TIMESTAMP``), and an outcome the state allows (``STEP_STATE_OUTCOMES``).
+
+Nothing here touches the database: the caller holds the locks and owns the transaction. The
+executor calls these on every step, so each is a few attribute writes and a dict lookup.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.states import (
+    FINAL_STEP_STATES,
+    STEP_STATE_TIMESTAMP,
+    Outcome,
+    StepState,
+    WorkflowState,
+    check_step_transition,
+    check_workflow_transition,
+)
+
+if TYPE_CHECKING:
+    from geneva_drive.workflow import Workflow
+
+_STAMPED_WORKFLOW_STATES = frozenset(
+    {WorkflowState.FINISHED, WorkflowState.CANCELED, WorkflowState.PAUSED}
+)
+
+
+# --- step executions ---------------------------------------------------------------------------
+
+
+def transition_step(execution: StepExecution, new_state: str, outcome: str | None = None) -> None:
+    """Move ``execution`` to ``new_state`` with its timestamp(s) and ``outcome``, if legal.
+
+    The primitive under the named transitions below (no same-state shortcut: reference §2.2).
+    """
+    check_step_transition(execution.state, new_state)
+    now = utcnow()
+    execution.state = new_state
+    column = STEP_STATE_TIMESTAMP.get(new_state)
+    if column is not None:
+        setattr(execution, column, now)
+    if new_state in FINAL_STEP_STATES:
+        execution.finished_at = now
+    if outcome is not None:
+        execution.outcome = outcome
+
+
+def start_execution(execution: StepExecution) -> None:
+    """scheduled -> in_progress (the executor's start; ``started_at``)."""
+    transition_step(execution, StepState.IN_PROGRESS)
+
+
+def park_execution(execution: StepExecution) -> None:
+    """scheduled -> waiting: parked at the signal gate (``waiting_since``)."""
+    transition_step(execution, StepState.WAITING)
+    execution.waiting_since = utcnow()
+
+
+def wake_execution(execution: StepExecution) -> None:
+    """waiting -> scheduled, due now: a matching signal arrived (or the gate went away)."""
+    transition_step(execution, StepState.SCHEDULED)
+    execution.scheduled_for = utcnow()
+    execution.waiting_since = None
+
+
+def complete_execution(execution: StepExecution, outcome: str = Outcome.SUCCESS) -> None:
+    """-> completed (success, continued, reattempted, workflow_paused or recovered)."""
+    transition_step(execution, StepState.COMPLETED, outcome)
+
+
+def fail_execution(execution: StepExecution, outcome: str = Outcome.FAILED) -> None:
+    """-> failed (outcome failed, or canceled by a cancel policy); the error is the caller's."""
+    transition_step(execution, StepState.FAILED, outcome)
+
+
+def skip_execution(execution: StepExecution) -> None:
+    """-> skipped (skip_if, skip policy, removed step, an operator's skip)."""
+    transition_step(execution, StepState.SKIPPED, Outcome.SKIPPED)
+
+
+def cancel_execution(execution: StepExecution, outcome: str = Outcome.CANCELED) -> None:
+    """-> canceled (outcome canceled, or recovered by housekeeping)."""
+    transition_step(execution, StepState.CANCELED, outcome)
+
+
+def swept_columns(now: Any) -> dict[str, Any]:
+    """The columns of the bulk "stray" sweep (scheduled/waiting -> canceled, one UPDATE).
+
+    ``now`` is a datetime or a bind parameter: the sweep is prebuilt once
+    (engine/persistence.py). The same columns as :func:`cancel_execution` writes.
+    """
+    return {
+        "state": StepState.CANCELED,
+        "outcome": Outcome.CANCELED,
+        "canceled_at": now,
+        "finished_at": now,
+        "updated_at": now,
+    }
+
+
+#: What a swept execution's loaded copy must reload (scheduling.cancel_stray_executions).
+SWEPT_ATTRIBUTES = ("state", "outcome", "canceled_at", "finished_at", "updated_at")
+
+
+def new_execution_columns(scheduled_for: datetime) -> dict[str, Any]:
+    """The state columns of a new execution: scheduled, due at ``scheduled_for``."""
+    return {"state": StepState.SCHEDULED, "scheduled_for": scheduled_for}
+
+
+# --- workflows ---------------------------------------------------------------------------------
+
+
+def new_workflow_columns() -> dict[str, Any]:
+    """The state columns of a new workflow: ready, on no step yet."""
+    return {"state": WorkflowState.READY}
+
+
+def transition_workflow(workflow: Workflow, new_state: str, step_name: str | None = None) -> None:
+    """Move ``workflow`` to ``new_state`` with ``transitioned_at`` and ``current_step_name``.
+
+    Same-state is a silent no-op for the state (reference §2.1). ``step_name`` names the
+    running step on entering ``performing``; every other state clears ``current_step_name``.
+    Columns are written only when they change: the executor's row write stays minimal.
+    """
+    old = workflow.state
+    if check_workflow_transition(old, new_state):
+        workflow.state = new_state
+        if new_state in _STAMPED_WORKFLOW_STATES:
+            workflow.transitioned_at = utcnow()
+        elif old == WorkflowState.PAUSED:
+            workflow.transitioned_at = None
+    current = step_name if new_state == WorkflowState.PERFORMING else None
+    if workflow.current_step_name != current:
+        workflow.current_step_name = current
+
+
+def workflow_performing(workflow: Workflow, step_name: str) -> None:
+    """ready -> performing as ``step_name``'s body starts; paused -> performing when resumed
+    while that body still runs."""
+    transition_workflow(workflow, WorkflowState.PERFORMING, step_name)
+
+
+def workflow_ready(workflow: Workflow) -> None:
+    """-> ready: the step is over (performing), or an operator moved a paused workflow on."""
+    transition_workflow(workflow, WorkflowState.READY)
+
+
+def workflow_paused(workflow: Workflow) -> None:
+    """-> paused (an operator, a step's pause(), a pause policy, a step no longer defined)."""
+    transition_workflow(workflow, WorkflowState.PAUSED)
+
+
+def workflow_canceled(workflow: Workflow) -> None:
+    """-> canceled. Terminal."""
+    transition_workflow(workflow, WorkflowState.CANCELED)
+
+
+def workflow_finished(workflow: Workflow, *, out_of_steps: bool = False) -> None:
+    """-> finished. Terminal. ``out_of_steps``: no step follows, so ``next_step_name`` is
+    cleared too; ``finish()`` in a step keeps it naming that step (reference §2.4)."""
+    transition_workflow(workflow, WorkflowState.FINISHED)
+    if out_of_steps:
+        workflow.next_step_name = None
+
+
+def point_at(workflow: Workflow, step_name: str) -> None:
+    """``next_step_name`` names the step of the execution just created (reference §2.4)."""
+    if workflow.next_step_name != step_name:  # unchanged: no UPDATE of the workflow row
+        workflow.next_step_name = step_name
+
+
+__all__ = [
+    "SWEPT_ATTRIBUTES",
+    "cancel_execution",
+    "complete_execution",
+    "fail_execution",
+    "new_execution_columns",
+    "new_workflow_columns",
+    "park_execution",
+    "point_at",
+    "skip_execution",
+    "start_execution",
+    "swept_columns",
+    "transition_step",
+    "transition_workflow",
+    "wake_execution",
+    "workflow_canceled",
+    "workflow_finished",
+    "workflow_paused",
+    "workflow_performing",
+    "workflow_ready",
+]

@@ -1,0 +1,153 @@
+"""Unit tests of the dashboard's queries (app/queries.py) on the test database.
+
+The pages' tests (test_pages.py) show that the numbers appear; these pin what each query
+selects, and that "overdue" and "stuck" mean what housekeeping acts on (engine/lateness.py).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import select, update
+
+from geneva_drive import Workflow, step
+from geneva_drive.dashboard import queries
+from geneva_drive.dashboard.queries import WorkflowFilters
+from geneva_drive.models import StepExecution, utcnow
+from tests.engine.helpers import make_order
+
+
+class QueryFlow(Workflow):
+    @step
+    def first(self) -> None:
+        pass
+
+    @step
+    def second(self) -> None:
+        pass
+
+
+def _create(session, **current):  # type: ignore[no-untyped-def]
+    """A committed QueryFlow whose current execution gets ``current`` (column: value)."""
+    workflow = QueryFlow.create(hero=make_order(session))
+    session.commit()
+    if current:
+        session.execute(
+            update(StepExecution).where(StepExecution.workflow_id == workflow.id).values(**current)
+        )
+        session.commit()
+    return workflow
+
+
+def _ids(session, filters: WorkflowFilters) -> set[int]:  # type: ignore[no-untyped-def]
+    stmt = queries.filtered_workflows(filters).with_only_columns(Workflow.id)
+    return set(session.scalars(stmt))
+
+
+# --- filters ---------------------------------------------------------------------------------
+
+
+def test_filters_from_args_clean_values_and_drop_an_unknown_due():
+    filters = WorkflowFilters.from_args(
+        {"class": " QueryFlow ", "state": "paused\x00", "due": "sometime", "q": "#42"}
+    )
+    assert (filters.cls, filters.state, filters.due, filters.q) == (
+        "QueryFlow",
+        "paused",
+        "",
+        "#42",
+    )
+    assert filters.as_params() == {"class": "QueryFlow", "state": "paused", "q": "#42"}
+    assert filters.without("state").as_params() == {"class": "QueryFlow", "q": "#42"}
+    assert WorkflowFilters().is_empty and not filters.is_empty
+    assert "due=stuck" in WorkflowFilters(due="stuck").query_string(after=None, page=2)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("42", 42), ("#42", 42), (" 7 ", 7), ("", None), ("x", None), ("²", None), ("9" * 30, None)],
+)
+def test_parse_id_accepts_ascii_ids_within_range(value, expected):
+    assert queries.parse_id(value) == expected
+
+
+def test_filter_by_class_state_and_search(geneva_session):
+    ready = _create(geneva_session)
+    paused = _create(geneva_session)
+    paused.pause()
+    geneva_session.commit()
+    assert _ids(geneva_session, WorkflowFilters(cls="QueryFlow")) >= {ready.id, paused.id}
+    assert _ids(geneva_session, WorkflowFilters(state="paused")) == {paused.id}
+    assert _ids(geneva_session, WorkflowFilters(q=f"#{ready.id}")) == {ready.id}
+    hero = f"{ready.hero_type}:{ready.hero_id}"
+    assert _ids(geneva_session, WorkflowFilters(q=hero)) == {ready.id}
+
+
+def test_due_overdue_means_past_due_of_a_runnable_workflow(geneva_session):
+    past = utcnow() - timedelta(minutes=5)
+    late = _create(geneva_session, scheduled_for=past)
+    on_time = _create(geneva_session, scheduled_for=utcnow() + timedelta(hours=1))
+    paused = _create(geneva_session, scheduled_for=past)
+    paused.pause()  # its preserved execution waits for resume() on purpose
+    geneva_session.commit()
+    found = _ids(geneva_session, WorkflowFilters(due="overdue"))
+    assert late.id in found
+    assert on_time.id not in found and paused.id not in found
+
+
+def test_due_stuck_means_in_progress_past_the_threshold(geneva_session):
+    long_ago = utcnow() - timedelta(hours=2)
+    stuck = _create(geneva_session, state="in_progress", started_at=long_ago)
+    geneva_session.execute(
+        update(Workflow)
+        .where(Workflow.id == stuck.id)
+        .values(state="performing", current_step_name="first")
+    )
+    busy = _create(geneva_session, state="in_progress", started_at=utcnow())
+    geneva_session.commit()
+    found = _ids(geneva_session, WorkflowFilters(due="stuck"))
+    assert stuck.id in found and busy.id not in found
+
+
+def test_keyset_page_is_newest_first_with_cursors_both_ways(geneva_session):
+    made = sorted((_create(geneva_session).id for _ in range(3)), reverse=True)
+    stmt = queries.filtered_workflows(WorkflowFilters(cls="QueryFlow"))
+    first = queries.keyset_page(geneva_session, stmt, Workflow.id, limit=2)
+    assert [w.id for w in first.items] == made[:2]
+    assert (first.newer, first.older) == (None, made[1])
+    second = queries.keyset_page(geneva_session, stmt, Workflow.id, after=first.older, limit=2)
+    assert [w.id for w in second.items] == made[2:]
+    assert (second.newer, second.older) == (made[2], None)
+    back = queries.keyset_page(geneva_session, stmt, Workflow.id, before=second.newer, limit=2)
+    assert [w.id for w in back.items] == made[:2]
+
+
+# --- the overview ------------------------------------------------------------------------------
+
+
+def test_overview_stuck_scheduled_counts_what_housekeeping_recovers(app, geneva_session):
+    stale = utcnow() - timedelta(hours=1)
+    _create(geneva_session, scheduled_for=stale)  # ready: housekeeping recovers it
+    paused = _create(geneva_session, scheduled_for=stale)
+    paused.pause()  # paused: housekeeping leaves it for resume()
+    geneva_session.commit()
+    _create(geneva_session, scheduled_for=utcnow() - timedelta(minutes=1))  # overdue, not stuck
+    with app.app_context():
+        numbers = queries.overview(geneva_session)
+    assert numbers.stuck_scheduled == 1
+    assert numbers.overdue == 2
+    assert numbers.counts["QueryFlow"]["paused"] == 1
+
+
+def test_executions_of_lists_a_workflows_history_in_order(geneva_session):
+    workflow = _create(geneva_session)
+    from geneva_drive.testing import speedrun_workflow
+
+    speedrun_workflow(workflow)
+    history = queries.executions_of(geneva_session, workflow.id)
+    assert [e.step_name for e in history] == ["first", "second"]
+    assert all(e.finished_at is not None for e in history)
+    assert geneva_session.scalar(select(Workflow.state).where(Workflow.id == workflow.id)) == (
+        "finished"
+    )
