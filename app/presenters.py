@@ -44,15 +44,37 @@ BULK_ACTIONS = {
     "pause": ("Pause selected", "paused"),
     "resume": ("Resume selected", "resumed"),
     "cancel": ("Cancel selected", "canceled"),
-    "resume_at": ("Resume selected at", "resumed at the chosen step"),
+    "resume_at": ("Resume selected at", "resumed at"),
 }
+#: Actions that throw work away: their confirm button is red and the dialog opens on Back.
+DESTRUCTIVE_ACTIONS = frozenset({"cancel", "skip"})
 #: Actions that throw work away or jump in the plan ask for confirmation first.
 CONFIRM_QUESTIONS = {
     "skip": "Skip the current step of workflow #{id}? It will not run.",
     "cancel": "Cancel workflow #{id}? A canceled workflow never runs again.",
     "reattempt": "Run the current step of workflow #{id} again now?",
-    "resume_at": "Resume workflow #{id} at the chosen step? Steps in between will not run.",
+    "resume_at": "Resume workflow #{id} at {{step}}? Steps in between will not run.",
 }
+#: The confirm button of each action: it repeats the action and names its object. ``{step}``
+#: is filled in by the browser from the form's Step select (static/js/app.js).
+CONFIRM_LABELS = {
+    "skip": "Skip the step of workflow #{id}",
+    "cancel": "Cancel workflow #{id}",
+    "reattempt": "Reattempt workflow #{id}",
+    "resume_at": "Resume workflow #{id} at {{step}}",
+}
+
+
+def bulk_confirm_label(action: str, count: int, step: str = "", *, background: bool) -> str:
+    """The bulk preview's confirm button: "Resume 5 workflows at charge", "Cancel 1 workflow"."""
+    verb = {"pause": "Pause", "resume": "Resume", "cancel": "Cancel", "resume_at": "Resume"}[action]
+    if background:
+        what = "all matching workflows"
+    else:
+        what = f"{count:,} workflow{'' if count == 1 else 's'}"
+    return f"{verb} {what} at {step}" if action == "resume_at" else f"{verb} {what}"
+
+
 #: A start later than this after ``scheduled_for`` is shown as a late start.
 LATE_START = timedelta(minutes=1)
 
@@ -178,6 +200,8 @@ class ActionControl:
     name: str
     label: str
     confirm: str | None
+    confirm_label: str = ""
+    danger: bool = False
 
 
 @dataclass(frozen=True)
@@ -298,6 +322,8 @@ def action_controls(
             confirm=CONFIRM_QUESTIONS[name].format(id=workflow_id)
             if name in CONFIRM_QUESTIONS
             else None,
+            confirm_label=CONFIRM_LABELS.get(name, ACTION_LABELS[name]).format(id=workflow_id),
+            danger=name in DESTRUCTIVE_ACTIONS,
         )
         for name in states.allowed_operator_actions(state)
     ]

@@ -118,16 +118,28 @@ def _selection(source: Any) -> tuple[queries.WorkflowFilters, list[int], str, bo
 def _bulk_context(source: Any) -> dict[str, Any]:
     action = source.get("action", "")
     if action not in presenters.BULK_ACTIONS:
-        return {"error": "Unknown bulk action.", "status": 400}
+        return {
+            "error": "Unknown bulk action: choose one of the bulk bar's buttons.",
+            "status": 400,
+            "back_url": url_for("workflows.index"),
+            "in_dialog": is_htmx(),
+        }
     filters, ids, error, background = _selection(source)
     target_step = source.get("target_step", "").strip()
     if action == "resume_at" and not target_step and not error:
         error = "Choose the Step to resume at."
     label, verb = presenters.BULK_ACTIONS[action]
+    origin = "stranded" if source.get("origin") == "stranded" else "list"
     return {
         "action": action,
         "label": label,
         "verb": verb,
+        "origin": origin,
+        "back_url": _back_url(origin, filters),
+        "danger": action in presenters.DESTRUCTIVE_ACTIONS,
+        "confirm_label": presenters.bulk_confirm_label(
+            action, len(ids), target_step, background=background
+        ),
         "filters": filters,
         "ids": ids,
         "scope": source.get("scope", "selected"),
@@ -136,7 +148,16 @@ def _bulk_context(source: Any) -> dict[str, Any]:
         "background": background,
         "status": 400 if error else 200,
         "cap": current_app.config["BULK_CAP"],
+        "in_dialog": is_htmx(),
     }
+
+
+def _back_url(origin: str, filters: queries.WorkflowFilters) -> str:
+    """Where "Back" and "Close" lead without script (with script they close the dialog)."""
+    if origin == "stranded":
+        return url_for("dashboard.stranded")
+    params: dict[str, Any] = filters.as_params()
+    return url_for("workflows.index", **params)
 
 
 @bp.get("/workflows/bulk")
@@ -179,14 +200,25 @@ def bulk() -> Any:
         flash(message)
         for line in result.messages:
             flash(line)
-        return redirect(url_for("workflows.index", **context["filters"].as_params()))
+        return redirect(context["back_url"])
+    # The region behind the dialog is re-rendered out of band: the stranded groups, or the
+    # list (without its selection, which the action has used up).
+    behind: dict[str, Any]
+    if context["origin"] == "stranded":
+        behind = {"groups": queries.stranded_groups(session())}
+    else:
+        behind = list_context(context["filters"])
     response = render(
         "workflows/bulk.html",
         "workflows/_bulk_result.html",
         result=result,
         message=message,
         action=context["action"],
-        **list_context(context["filters"]),
+        label=context["label"],
+        origin=context["origin"],
+        back_url=context["back_url"],
+        in_dialog=True,
+        **behind,
     )
     return with_trigger(response, "geneva:toast", {"message": message, "ok": not result.refused})
 

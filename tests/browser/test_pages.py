@@ -64,10 +64,10 @@ def test_bulk_pause_from_the_list_with_a_confirmation(live_server, page):
     boxes.nth(0).check()
     boxes.nth(1).check()
     page.get_by_role("button", name="Pause selected").click()
+    # The preview is the confirmation: a dialog with the count and one button naming it.
     expect(page.locator("#bulk-count")).to_have_text("2 workflows will be paused.")
-    screenshot(page, "bulk-preview")
-    page.locator("#bulk-confirm").get_by_role("button", name="Pause selected").click()
-    page.locator("#confirm-dialog").get_by_role("button", name="Pause selected").click()
+    screenshot(page, "bulk-preview", full_page=False)
+    page.locator("#bulk-dialog").get_by_role("button", name="Pause 2 workflows").click()
     expect(page.locator("#bulk-done")).to_contain_text("Pause selected: 2 done.")
     page.goto(f"{base}/audit")
     expect(page.locator("#audit tbody")).to_contain_text("Pause selected")
