@@ -95,6 +95,8 @@ def _parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser("migrate", help="upgrade the database schema")
     migrate.add_argument("--demo", action="store_true", help="also create the demo tables")
     migrate.set_defaults(handler=cmd_migrate)
+    # `workflows …` and `signal` (the dashboard's operator actions), loaded like the dashboard.
+    importlib.import_module("geneva_drive.dashboard.operator_cli").add_parsers(commands)
     return parser
 
 
