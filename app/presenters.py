@@ -107,6 +107,11 @@ def state_badge(state: str) -> Badge:
     return Badge(state.replace("_", " "), tone)
 
 
+def whole_seconds(delta: timedelta) -> timedelta:
+    """A lateness to show: "late by 38 s", not "late by 38.4 s"."""
+    return timedelta(seconds=int(delta.total_seconds()))
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
@@ -160,8 +165,12 @@ def _badges(workflow: Workflow, current: StepExecution | None, now: datetime) ->
         since = current.waiting_since or current.created_at
         if threshold is not None and since < now - threshold:
             badges.append(Badge("waiting too long", "bad"))
-    elif current.state == StepState.SCHEDULED and current.scheduled_for < now:
-        badges.append(Badge("overdue", "bad"))
+    elif current.state == StepState.SCHEDULED and current.scheduled_for < now - (
+        settings.overdue_after
+    ):
+        # Late beyond the grace only (settings.overdue_after), and always by how much.
+        late = duration(whole_seconds(now - current.scheduled_for))
+        badges.append(Badge(f"overdue, late by {late}", "bad"))
     elif current.state == StepState.IN_PROGRESS and current.started_at is not None:
         if current.started_at < now - settings.stuck_in_progress_threshold:
             badges.append(Badge("stuck", "bad"))
@@ -224,6 +233,8 @@ class ExecutionView:
     ended_at: datetime | None
     duration: float | None
     overdue: bool
+    #: How late a scheduled execution is, once it is overdue (else None).
+    overdue_by: timedelta | None
     late_by: timedelta | None
     waiting_since: datetime | None
     waiting_too_long: bool
@@ -363,6 +374,7 @@ def execution_view(execution: StepExecution, attempt: int, now: datetime) -> Exe
         ended_at=_ended_at(execution),
         duration=execution.duration_seconds,
         overdue=execution.is_overdue,
+        overdue_by=whole_seconds(now - execution.scheduled_for) if execution.is_overdue else None,
         late_by=late_by,
         waiting_since=execution.waiting_since,
         waiting_too_long=waiting_too_long,

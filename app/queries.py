@@ -149,7 +149,10 @@ def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) ->
     if filters.due == "overdue":
         stmt = stmt.where(
             Workflow.state.in_([WorkflowState.READY, WorkflowState.PERFORMING]),
-            _current_execution_in(StepState.SCHEDULED, extra=StepExecution.scheduled_for < now),
+            _current_execution_in(
+                StepState.SCHEDULED,
+                extra=StepExecution.scheduled_for < now - settings.overdue_after,
+            ),
         )
     elif filters.due == "waiting":
         stmt = stmt.where(_current_execution_in(StepState.WAITING))
@@ -302,10 +305,16 @@ class Overview:
     stuck_in_progress: int
     stranded: int
     failures: list[FailureGroup]
+    #: Paused workflows across classes, and steps parked for a signal (any age).
+    paused_total: int = 0
+    waiting_total: int = 0
+    #: How late the most overdue scheduled execution is (0 when none is).
+    oldest_overdue_seconds: float = 0.0
+    failures_window: str = "1h"
     now: datetime = field(default_factory=utcnow)
 
 
-def overview(session: Session) -> Overview:
+def overview(session: Session, failures_window: str = "1h") -> Overview:
     """The overview's numbers. The per-class counts, overdue, waiting and stuck numbers are
     ``geneva_drive.metrics``' snapshot, the very numbers ``/metrics`` exports (one grouped query set,
     cached and refreshed in the background), so the page and the alerts never disagree."""
@@ -333,11 +342,15 @@ def overview(session: Session) -> Overview:
             waiting_overdue=snapshot.waiting_overdue or 0,
             stuck_in_progress=snapshot.stuck_in_progress,
             stranded=sum(g.count for g in stranded_groups(session)),
-            failures=failure_groups(session, timedelta(hours=24), limit=10),
+            failures=failure_groups(session, FAILURE_WINDOWS[failures_window], limit=10),
+            paused_total=snapshot.state_totals.get(str(WorkflowState.PAUSED), 0),
+            waiting_total=snapshot.waiting,
+            oldest_overdue_seconds=snapshot.oldest_overdue_seconds,
+            failures_window=failures_window,
             now=snapshot.taken_at,
         )
 
-    return cached("overview", compute)
+    return cached(f"overview:{failures_window}", compute)
 
 
 # --- stranded workflows -------------------------------------------------------------------------

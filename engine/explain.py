@@ -134,10 +134,11 @@ def _line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
     if current.state == StepState.IN_PROGRESS:
         started = current.started_at or now
         return f"running `{step}` for {humanize(now - started)}"
-    if current.scheduled_for > now:
+    if current.scheduled_for - now >= timedelta(seconds=1):
         return f"`{step}` scheduled in {humanize(current.scheduled_for - now)}"
     late = now - current.scheduled_for
-    if late < timedelta(seconds=5):
+    # Within the grace a worker may just not have picked it up yet: due, not overdue.
+    if late < settings.overdue_after:
         return f"`{step}` due now"
     return f"`{step}` overdue by {humanize(late)}"
 

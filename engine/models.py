@@ -228,7 +228,13 @@ class StepExecution(TimestampMixin, Base):
 
     @property
     def is_overdue(self) -> bool:
-        return self.state == StepState.SCHEDULED and self.scheduled_for < utcnow()
+        """Still scheduled and later than ``settings.overdue_after`` (not merely due)."""
+        from geneva_drive.config import settings
+
+        return (
+            self.state == StepState.SCHEDULED
+            and self.scheduled_for < utcnow() - settings.overdue_after
+        )
 
     @property
     def is_active(self) -> bool:

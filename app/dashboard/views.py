@@ -3,12 +3,13 @@ renders the page, or only its partial for HTMX."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from flask import abort, request
 
 from geneva_drive.config import settings
-from geneva_drive.dashboard import presenters, queries
+from geneva_drive.dashboard import charts, presenters, queries
 from geneva_drive.dashboard.dashboard import bp
 from geneva_drive.dashboard.extensions import session
 from geneva_drive.dashboard.htmx import render
@@ -17,7 +18,10 @@ from geneva_drive.states import WorkflowState
 
 @bp.get("/")
 def overview() -> Any:
-    data = queries.overview(session())
+    window = request.args.get("window", "1h")
+    if window not in queries.FAILURE_WINDOWS:
+        window = "1h"
+    data = queries.overview(session(), window)
     return render(
         "dashboard/overview.html",
         "dashboard/_overview.html",
@@ -25,6 +29,8 @@ def overview() -> Any:
         classes=sorted(data.counts),
         states=[s.value for s in WorkflowState],
         settings=settings,
+        windows=list(queries.FAILURE_WINDOWS),
+        trends=charts.trends(session()),
     )
 
 
@@ -57,7 +63,11 @@ def definition(name: str) -> Any:
         abort(404, description=f"No workflow class named {name!r} is registered.")
     classes = [presenters.class_definition(session(), cls)]
     return render(
-        "dashboard/definitions.html", "dashboard/_definitions.html", classes=classes, single=True
+        "dashboard/definitions.html",
+        "dashboard/_definitions.html",
+        classes=classes,
+        single=True,
+        durations=charts.durations(session(), name, timedelta(days=1)),
     )
 
 
