@@ -45,6 +45,7 @@ BULK_ACTIONS = {
     "resume": ("Resume selected", "resumed"),
     "cancel": ("Cancel selected", "canceled"),
     "resume_at": ("Resume selected at", "resumed at"),
+    "reattempt": ("Reattempt selected", "reattempted"),
 }
 #: Actions that throw work away: their confirm button is red and the dialog opens on Back.
 DESTRUCTIVE_ACTIONS = frozenset({"cancel", "skip"})
@@ -67,7 +68,13 @@ CONFIRM_LABELS = {
 
 def bulk_confirm_label(action: str, count: int, step: str = "", *, background: bool) -> str:
     """The bulk preview's confirm button: "Resume 5 workflows at charge", "Cancel 1 workflow"."""
-    verb = {"pause": "Pause", "resume": "Resume", "cancel": "Cancel", "resume_at": "Resume"}[action]
+    verb = {
+        "pause": "Pause",
+        "resume": "Resume",
+        "cancel": "Cancel",
+        "resume_at": "Resume",
+        "reattempt": "Reattempt",
+    }[action]
     if background:
         what = "all matching workflows"
     else:
@@ -317,6 +324,8 @@ class WorkflowDetail:
     live: bool
     refusal: str | None = None
     notice: str | None = None
+    #: The signal the current step waits for: the send-signal form's Name starts with it.
+    awaited_signal: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -426,33 +435,63 @@ def action_view(action: OperatorAction) -> ActionView:
     )
 
 
+def _stranded_step(workflow: Workflow, executions: list[StepExecution]) -> str | None:
+    """The step a paused workflow is stranded on (its class no longer runs it), if any."""
+    if workflow.state != states.WorkflowState.PAUSED:
+        return None
+    last = executions[-1] if executions else None
+    if (
+        last is not None
+        and last.state == StepState.FAILED
+        and last.error_class_name == queries.STEP_NOT_DEFINED
+    ):
+        return last.step_name
+    if is_stranded_step(workflow.type, workflow.next_step_name):
+        return workflow.next_step_name
+    return None
+
+
 def _plan(workflow: Workflow, executions: list[StepExecution]) -> list[StepPlanRow]:
     latest: dict[str, StepExecution] = {}
     for execution in executions:
         latest[execution.step_name] = execution
+    newest = executions[-1] if executions else None
     current = next((e for e in reversed(executions) if e.state in CURRENT_STEP_STATES), None)
     current_name = current.step_name if current is not None else None
     if current_name is None and workflow.state == states.WorkflowState.PAUSED:
         current_name = workflow.next_step_name
+    stranded_on = _stranded_step(workflow, executions)
+    if stranded_on is not None:
+        # The step it would run is gone: no defined step is "current".
+        current_name = None
     rows = []
     for definition in workflow.steps:
-        if definition.removed:
+        execution = latest.get(definition.name)
+        if definition.name == stranded_on:
+            status = "stranded here"
+        elif definition.removed:
             status = "removed"
         elif definition.name == current_name:
             status = "current"
-        elif definition.name in latest:
+        elif execution is not None:
             status = {
                 str(StepState.COMPLETED): "done",
                 str(StepState.SKIPPED): "skipped",
                 str(StepState.FAILED): "failed",
                 str(StepState.CANCELED): "canceled",
-            }.get(latest[definition.name].state, "upcoming")
+            }.get(execution.state, "upcoming")
+            if status == "failed" and execution is not newest:
+                # It failed, and the workflow moved past it (an operator skipped it or resumed
+                # at another step): it did not run, it was skipped.
+                status = "skipped"
         else:
             status = "upcoming" if workflow.is_ongoing else "not run"
         rows.append(
             StepPlanRow(definition.name, status, definition.removed, step_options(definition))
         )
-    if current_name and workflow.steps.named(current_name) is None:
+    if stranded_on is not None and workflow.steps.named(stranded_on) is None:
+        rows.append(StepPlanRow(stranded_on, "stranded here (not defined)", True, []))
+    elif current_name and workflow.steps.named(current_name) is None:
         rows.append(StepPlanRow(current_name, "not defined", True, []))
     return rows
 
@@ -560,6 +599,7 @@ def workflow_detail(
         metadata=_json(metadata) if metadata else None,
         job_options=_json(job_options) if any(job_options.values()) else None,
         live=workflow.is_ongoing,
+        awaited_signal=awaited_signal(workflow, executions),
     )
 
 
@@ -624,25 +664,31 @@ class Waiter:
     step_name: str
     waiting_since: datetime | None
     overdue: bool
+    #: The workflow is paused: a signal sent now is stored, and the step runs after resume.
+    paused: bool = False
 
 
 @dataclass(frozen=True)
 class WaiterGroup:
     signal_name: str
     waiters: list[Waiter]
+    paused: bool = False
 
 
 def waiter_groups(rows: list[tuple[StepExecution, Workflow]]) -> list[WaiterGroup]:
-    """Parked executions grouped by the signal their step waits for (from the step definition)."""
+    """Parked executions grouped by the signal their step waits for (from the step definition),
+    the waiters of paused workflows in groups of their own after the others: a signal reaches
+    them only once they are resumed."""
     now = utcnow()
     threshold = settings.waiting_visibility_threshold
-    groups: dict[str, list[Waiter]] = {}
+    groups: dict[tuple[bool, str], list[Waiter]] = {}
     for execution, workflow in rows:
         definition = workflow.steps.named(execution.step_name)
         matcher = definition.signal_matcher if definition is not None else None
         name = (matcher_name(matcher) if matcher is not None else None) or "(unknown signal)"
         since = execution.waiting_since or execution.created_at
-        groups.setdefault(name, []).append(
+        paused = workflow.state == states.WorkflowState.PAUSED
+        groups.setdefault((paused, name), []).append(
             Waiter(
                 execution_id=execution.id,
                 workflow_id=workflow.id,
@@ -652,6 +698,18 @@ def waiter_groups(rows: list[tuple[StepExecution, Workflow]]) -> list[WaiterGrou
                 step_name=execution.step_name,
                 waiting_since=since,
                 overdue=threshold is not None and since < now - threshold,
+                paused=paused,
             )
         )
-    return [WaiterGroup(name, waiters) for name, waiters in sorted(groups.items())]
+    return [
+        WaiterGroup(name, waiters, paused) for (paused, name), waiters in sorted(groups.items())
+    ]
+
+
+def awaited_signal(workflow: Workflow, executions: list[StepExecution]) -> str | None:
+    """The signal name the workflow's current (or next) step waits for, if it waits for one."""
+    current = next((e for e in reversed(executions) if e.state == StepState.WAITING), None)
+    step = current.step_name if current is not None else workflow.next_step_name
+    definition = workflow.steps.named(step) if step else None
+    matcher = definition.signal_matcher if definition is not None else None
+    return matcher_name(matcher) if matcher is not None else None

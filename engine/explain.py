@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from geneva_drive.workflow import Workflow
 
 
+#: What the executor records on an execution whose step its class does not define.
+STEP_NOT_DEFINED = "geneva_drive.errors.StepNotDefinedError"
+
+
 def humanize(delta: timedelta) -> str:
     seconds = int(abs(delta.total_seconds()))
     if seconds < 60:
@@ -147,6 +151,13 @@ def _paused_line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
     if workflow.steps.named(workflow.next_step_name) is None and workflow.next_step_name:
         return f"stranded: step `{workflow.next_step_name}` is no longer defined"
     last = facts.last.get(workflow.id)
+    if (
+        last is not None
+        and last.state == StepState.FAILED
+        and last.error_class_name == STEP_NOT_DEFINED
+    ):
+        # Paused because its step is gone (a deploy removed it): not an error to triage.
+        return f"stranded: step `{last.step_name}` is no longer defined"
     if last is not None and last.state == StepState.FAILED and last.error_class_name:
         short = last.error_class_name.rsplit(".", 1)[-1]
         return f"paused after `{short}` in `{last.step_name}`"

@@ -34,18 +34,21 @@ def overview() -> Any:
     )
 
 
+def signals_context() -> dict[str, Any]:
+    """What the signal inbox shows (the page, its poll, and the answer to a send from it)."""
+    parked = queries.parked_executions(session())
+    return {
+        "groups": presenters.waiter_groups(parked),
+        "truncated": len(parked) >= queries.INBOX_LIMIT,
+        "pending": [presenters.signal_view(s) for s in queries.pending_signals(session())],
+        "recent": [presenters.signal_view(s) for s in queries.recent_signals(session())],
+        "limit": queries.INBOX_LIMIT,
+    }
+
+
 @bp.get("/signals")
 def signals() -> Any:
-    parked = queries.parked_executions(session())
-    return render(
-        "dashboard/signals.html",
-        "dashboard/_signals.html",
-        groups=presenters.waiter_groups(parked),
-        truncated=len(parked) >= queries.INBOX_LIMIT,
-        pending=[presenters.signal_view(s) for s in queries.pending_signals(session())],
-        recent=[presenters.signal_view(s) for s in queries.recent_signals(session())],
-        limit=queries.INBOX_LIMIT,
-    )
+    return render("dashboard/signals.html", "dashboard/_signals.html", **signals_context())
 
 
 @bp.get("/definitions")

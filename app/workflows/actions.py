@@ -80,6 +80,22 @@ def signal(workflow_id: int) -> Any:
     if back == "signals" and result.ok and not is_htmx():
         flash(f"#{workflow_id}: {result.message}")
         return redirect(url_for("dashboard.signals"))
+    if back == "signals" and is_htmx():
+        # Sent from the inbox: the inbox is re-rendered in place (the waiter leaves it), with
+        # the outcome at its top, like every other action updates its own region.
+        from geneva_drive.dashboard.dashboard.views import signals_context
+
+        db.session.expire_all()
+        message = f"#{workflow_id}: {result.message}"
+        response = render(
+            "dashboard/signals.html",
+            "dashboard/_signals.html",
+            status=result.status,
+            inbox_message=message,
+            inbox_ok=result.ok,
+            **signals_context(),
+        )
+        return with_trigger(response, "geneva:toast", {"message": message, "ok": result.ok})
     return _respond(workflow_id, result)
 
 
@@ -129,7 +145,7 @@ def _bulk_context(source: Any) -> dict[str, Any]:
     if action == "resume_at" and not target_step and not error:
         error = "Choose the Step to resume at."
     label, verb = presenters.BULK_ACTIONS[action]
-    origin = "stranded" if source.get("origin") == "stranded" else "list"
+    origin = source.get("origin") if source.get("origin") in ("stranded", "failures") else "list"
     return {
         "action": action,
         "label": label,
@@ -156,6 +172,8 @@ def _back_url(origin: str, filters: queries.WorkflowFilters) -> str:
     """Where "Back" and "Close" lead without script (with script they close the dialog)."""
     if origin == "stranded":
         return url_for("dashboard.stranded")
+    if origin == "failures":
+        return url_for("dashboard.failures")
     params: dict[str, Any] = filters.as_params()
     return url_for("workflows.index", **params)
 
@@ -206,6 +224,8 @@ def bulk() -> Any:
     behind: dict[str, Any]
     if context["origin"] == "stranded":
         behind = {"groups": queries.stranded_groups(session())}
+    elif context["origin"] == "failures":
+        behind = {}  # past failures stay what they were; the dialog shows the outcome
     else:
         behind = list_context(context["filters"])
     response = render(
