@@ -239,12 +239,29 @@ def _id(row: Any) -> int:
 
 
 def workflow_page(
-    session: Session, filters: WorkflowFilters, after: Any = None, before: Any = None
+    session: Session,
+    filters: WorkflowFilters,
+    after: Any = None,
+    before: Any = None,
+    upto: int | None = None,
 ) -> Page:
+    """One page of the list. ``upto`` pins the first page to the rows it showed (ids up to
+    it): a refresh updates them but does not push newer rows in above what is being read."""
     limit = int(current_app.config["PAGE_SIZE"])
-    return keyset_page(
-        session, filtered_workflows(filters), Workflow.id, after=after, before=before, limit=limit
-    )
+    stmt = filtered_workflows(filters)
+    if upto is not None:
+        stmt = stmt.where(Workflow.id <= upto)
+    return keyset_page(session, stmt, Workflow.id, after=after, before=before, limit=limit)
+
+
+#: Newer rows counted above a pinned first page ("25+ newer workflows").
+NEWER_CAP = 25
+
+
+def newer_count(session: Session, filters: WorkflowFilters, upto: int) -> int:
+    """How many rows matching ``filters`` are newer than ``upto`` (at most NEWER_CAP + 1)."""
+    stmt = filtered_workflows(filters).with_only_columns(Workflow.id).where(Workflow.id > upto)
+    return _capped_count(session, stmt, NEWER_CAP)
 
 
 def ids_before(

@@ -103,7 +103,7 @@
   // chosen option stays chosen and typed text stays; idiomorph keeps focus and scroll itself.
   // Only polls morph: an action's answer replaces its region with the server's state.
   function keepOperatorState(attr, elt) {
-    if (attr === "open" && elt.tagName === "DETAILS") return false;
+    if ((attr === "open" || attr === "data-folded") && elt.tagName === "DETAILS") return false;
     if (attr === "checked" || attr === "selected") return false;
     if (attr === "value" && elt.matches && elt.matches("input:not([type=hidden]), textarea")) return false;
     return true;
@@ -168,5 +168,18 @@
     });
   }
   document.addEventListener("DOMContentLoaded", function () { localize(document); });
-  document.body.addEventListener("htmx:afterSwap", function (evt) { localize(evt.detail.target); });
+
+  // At phone width the filters and the bulk bar start folded, so the list is on the first
+  // screen; their summaries open them. (Open by default: without script nothing is hidden.)
+  function foldNarrow(root) {
+    if (!window.matchMedia || !window.matchMedia("(max-width: 600px)").matches) return;
+    (root || document).querySelectorAll("details[data-collapse-narrow]").forEach(function (d) {
+      if (!d.hasAttribute("data-folded")) { d.open = false; d.setAttribute("data-folded", ""); }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () { foldNarrow(document); });
+  document.body.addEventListener("htmx:afterSwap", function (evt) {
+    localize(evt.detail.target);
+    foldNarrow(evt.detail.target.parentNode || document);
+  });
 })();
