@@ -466,21 +466,21 @@ def _plan(workflow: Workflow, executions: list[StepExecution]) -> list[StepPlanR
         current_name = None
     rows = []
     for definition in workflow.steps:
-        execution = latest.get(definition.name)
+        last_run = latest.get(definition.name)
         if definition.name == stranded_on:
             status = "stranded here"
         elif definition.removed:
             status = "removed"
         elif definition.name == current_name:
             status = "current"
-        elif execution is not None:
+        elif last_run is not None:
             status = {
                 str(StepState.COMPLETED): "done",
                 str(StepState.SKIPPED): "skipped",
                 str(StepState.FAILED): "failed",
                 str(StepState.CANCELED): "canceled",
-            }.get(execution.state, "upcoming")
-            if status == "failed" and execution is not newest:
+            }.get(last_run.state, "upcoming")
+            if status == "failed" and last_run is not newest:
                 # It failed, and the workflow moved past it (an operator skipped it or resumed
                 # at another step): it did not run, it was skipped.
                 status = "skipped"
