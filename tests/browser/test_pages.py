@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.browser.conftest import login, screenshot
+from tests.browser.conftest import login, screenshot, watch
 
 pytestmark = pytest.mark.browser
 
@@ -78,6 +78,7 @@ def test_keyboard_and_phone_sized_screen(live_server, browser):
 
     context = browser.new_context(viewport={"width": 375, "height": 800})
     page = context.new_page()
+    errors = watch(page)
     base = live_server.url
     login(page, base, "olga")
     page.goto(f"{base}/workflows?state=paused")
@@ -98,3 +99,4 @@ def test_keyboard_and_phone_sized_screen(live_server, browser):
     assert width <= 375 + 1, width
     screenshot(page, "mobile-workflow-detail")
     context.close()
+    assert not errors, f"browser console errors or 5xx answers: {errors}"
