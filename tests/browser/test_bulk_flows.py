@@ -18,7 +18,7 @@ from geneva_drive import db
 from geneva_drive.dashboard.queries import WorkflowFilters, filtered_workflows
 from geneva_drive.models import OperatorAction
 from geneva_drive.workflow import Workflow
-from tests.browser.conftest import login, screenshot
+from tests.browser.conftest import login
 
 pytestmark = pytest.mark.browser
 
@@ -57,7 +57,6 @@ def test_stranded_bulk_resume_at_a_chosen_step(live_server, page):
     # Exactly one confirm button on the screen, and it names what it does.
     confirm = dialog.get_by_role("button", name=f"Resume {n} {noun} at send_tips")
     expect(confirm).to_be_visible()
-    screenshot(page, "stranded-bulk-preview", full_page=False)
     confirm.click()
 
     expect(page.locator("#bulk-done")).to_contain_text(f"Resume selected at: {n} done.")

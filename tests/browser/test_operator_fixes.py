@@ -104,7 +104,6 @@ def test_signal_inbox_keeps_paused_waiters_apart_and_sends_in_place(live_server,
     first_active = page.locator("section.card:not(.paused-group)").first
     for workflow_id in ready[:3]:
         expect(first_active.locator(f"#waiter-{workflow_id}")).to_be_visible()
-    screenshot(page, "signals")
 
     # Send from the inbox: the inbox updates in place (no reload) and the waiter leaves it.
     page.evaluate("() => { window.__no_reload = true; }")
@@ -142,7 +141,7 @@ def test_cancel_dialog_by_keyboard_names_the_action_and_focuses_back(live_server
     confirm = dialog.get_by_role("button", name=f"Cancel workflow #{workflow_id}")
     expect(confirm).to_have_class(re.compile("danger"))
     expect(dialog.get_by_role("button", name="Back")).to_be_focused()
-    screenshot(page, "confirm-dialog", full_page=False)
+    screenshot(page, "cancel-dialog", full_page=False)
     # Enter-Enter: the second Enter lands on Back, so nothing is canceled.
     page.keyboard.press("Enter")
     expect(dialog).to_be_hidden()
@@ -352,7 +351,7 @@ def test_phone_width_shows_the_list_on_the_first_screen(live_server, phone_page)
     # The folded filters open from their summary.
     page.get_by_text("Filters").click()
     expect(page.get_by_label("State", exact=True)).to_be_visible()
-    screenshot(page, "mobile-workflows", full_page=False)
+    screenshot(page, "mobile-filters", full_page=False)
 
 
 # --- 11: the demo keeps live waiters for an operator ---------------------------------------
@@ -411,9 +410,7 @@ def test_trend_charts_follow_new_executions(live_server, page):
     for execution_id in due:
         executor.execute(execution_id)
     expect(caption).to_contain_text(f"{before + 3:,} completed")
-    screenshot(page, "overview")
 
     page.goto(f"{base}/definitions/OnboardingWorkflow")
     expect(page.locator("#durations-title")).to_be_visible()
     expect(page.locator(".dist").first).to_contain_text("median")
-    screenshot(page, "definition")

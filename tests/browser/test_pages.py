@@ -51,7 +51,7 @@ def test_every_page_renders_and_is_screenshotted(live_server, page):
     expect(group).to_contain_text("send_sms")
     group.get_by_role("button", name="Resume selected at").click()
     expect(page.locator("#bulk-count")).to_contain_text(re.compile(r"\d+ workflows? will be"))
-    screenshot(page, "stranded-bulk-preview")
+    screenshot(page, "stranded-bulk-preview", full_page=False)
 
 
 def test_bulk_pause_from_the_list_with_a_confirmation(live_server, page):
@@ -85,7 +85,7 @@ def test_keyboard_and_phone_sized_screen(live_server, browser):
     # No horizontal scrolling of the page itself at 375 px (tables scroll in their wrapper).
     width = page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= 375 + 1, width
-    screenshot(page, "mobile-workflows")
+    screenshot(page, "mobile-workflows", full_page=False)
 
     # Keyboard: Tab reaches the skip link first, then the navigation, with a visible focus ring.
     page.keyboard.press("Tab")
@@ -97,6 +97,6 @@ def test_keyboard_and_phone_sized_screen(live_server, browser):
     expect(page.locator("#wf-title")).to_be_visible()
     width = page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= 375 + 1, width
-    screenshot(page, "mobile-workflow-detail")
+    screenshot(page, "mobile-workflow-detail", full_page=False)
     context.close()
     assert not errors, f"browser console errors or 5xx answers: {errors}"
