@@ -95,6 +95,7 @@ def failures() -> Any:
         groups=groups,
         window=window,
         windows=list(queries.FAILURE_WINDOWS),
+        step_not_defined=queries.STEP_NOT_DEFINED,
     )
 
 
