@@ -232,6 +232,13 @@ def _is_public(path: str) -> bool:
     )
 
 
+def uses_own_login() -> bool:
+    """Whether signing in and out is the dashboard's (its ``/login``), not a host's: with a
+    host's login (a user loader, Flask-Login) logging out is the host's page, so the dashboard
+    shows no Log out button of its own."""
+    return dashboard_config().get("USER_LOADER") is None and state().user_loader is None
+
+
 def _dashboard_path() -> str:
     prefix = state().url_prefix
     return request.path[len(prefix) :] or "/" if prefix else request.path

@@ -32,7 +32,11 @@ errors.register(bp)
 
 @bp.context_processor
 def _dashboard_context() -> dict[str, Any]:
-    return {"current_user": auth.current_user(), "current_endpoint": urls.current_endpoint()}
+    return {
+        "current_user": auth.current_user(),
+        "current_endpoint": urls.current_endpoint(),
+        "own_login": auth.uses_own_login(),
+    }
 
 
 bp.register_blueprint(auth.bp)

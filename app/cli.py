@@ -40,6 +40,7 @@ from flask import Flask
 
 from geneva_drive import db, housekeeping, migrations, transport
 from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
+from geneva_drive.dashboard import operator_cli
 from geneva_drive.dashboard import server as dashboard_server
 from geneva_drive.dispatch import run_dispatcher
 from geneva_drive.embedded import DEFAULT_POLL_INTERVAL, EmbeddedWorker
@@ -103,6 +104,8 @@ def _parser() -> argparse.ArgumentParser:
     migrate = commands.add_parser("migrate", help="upgrade the database schema")
     migrate.add_argument("--demo", action="store_true", help="also create the demo tables")
     migrate.set_defaults(handler=cmd_migrate)
+    # `workflows …` and `signal` (the dashboard's operator actions), loaded like the dashboard.
+    operator_cli.add_parsers(commands)
     return parser
 
 

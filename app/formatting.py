@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from markupsafe import Markup, escape
+
 from geneva_drive.models import utcnow
 
 
@@ -54,6 +56,21 @@ def duration(value: float | timedelta | None) -> str:
     return _span(seconds)
 
 
+def code_text(value: Any) -> Markup:
+    """Engine text to HTML: the step and error names it marks with backticks become
+    ``<code>``, everything else is escaped text (never rendered as Markdown or HTML)."""
+    if value is None:
+        return Markup("")
+    parts = str(value).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: not markup, show it as it is
+        return Markup(escape(str(value)))
+    return Markup("").join(
+        Markup("<code>{}</code>").format(part) if i % 2 else escape(part)
+        for i, part in enumerate(parts)
+        if part
+    )
+
+
 def number(value: Any) -> str:
     return f"{int(value):,}"
 
@@ -65,4 +82,5 @@ FILTERS: dict[str, Any] = {
     "iso": iso,
     "duration": duration,
     "number": number,
+    "code_text": code_text,
 }

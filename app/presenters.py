@@ -42,20 +42,49 @@ _BULK_LABELS: dict[str, tuple[str, str]] = {
     Operation.PAUSE: ("Pause selected", "paused"),
     Operation.RESUME: ("Resume selected", "resumed"),
     Operation.CANCEL: ("Cancel selected", "canceled"),
-    Operation.RESUME_AT: ("Resume selected at", "resumed at the chosen step"),
+    Operation.RESUME_AT: ("Resume selected at", "resumed at"),
+    Operation.REATTEMPT: ("Reattempt selected", "reattempted"),
 }
 #: The bulk actions (the engine's BULK_OPERATIONS, in its order) and their labels; ``verb``
 #: completes "N workflows will be …". The bulk bar's buttons are rendered from this.
 BULK_ACTIONS: dict[str, tuple[str, str]] = {op: _BULK_LABELS[op] for op in BULK_OPERATIONS}
+#: Actions that throw work away: their confirm button is red and the dialog opens on Back.
+DESTRUCTIVE_ACTIONS = frozenset({Operation.CANCEL, Operation.SKIP})
 #: Bulk actions whose button is styled as dangerous.
-DANGEROUS_BULK_ACTIONS = frozenset({Operation.CANCEL})
+DANGEROUS_BULK_ACTIONS = DESTRUCTIVE_ACTIONS & frozenset(BULK_OPERATIONS)
 #: Actions that throw work away or jump in the plan ask for confirmation first.
 CONFIRM_QUESTIONS: dict[str, str] = {
     Operation.SKIP: "Skip the current step of workflow #{id}? It will not run.",
     Operation.CANCEL: "Cancel workflow #{id}? A canceled workflow never runs again.",
     Operation.REATTEMPT: "Run the current step of workflow #{id} again now?",
-    Operation.RESUME_AT: "Resume workflow #{id} at the chosen step? Steps in between will not run.",
+    Operation.RESUME_AT: "Resume workflow #{id} at {{step}}? Steps in between will not run.",
 }
+#: The confirm button of each action: it repeats the action and names its object. ``{step}``
+#: is filled in by the browser from the form's Step select (static/js/app.js).
+CONFIRM_LABELS = {
+    "skip": "Skip the step of workflow #{id}",
+    "cancel": "Cancel workflow #{id}",
+    "reattempt": "Reattempt workflow #{id}",
+    "resume_at": "Resume workflow #{id} at {{step}}",
+}
+
+
+def bulk_confirm_label(action: str, count: int, step: str = "", *, background: bool) -> str:
+    """The bulk preview's confirm button: "Resume 5 workflows at charge", "Cancel 1 workflow"."""
+    verb = {
+        "pause": "Pause",
+        "resume": "Resume",
+        "cancel": "Cancel",
+        "resume_at": "Resume",
+        "reattempt": "Reattempt",
+    }[action]
+    if background:
+        what = "all matching workflows"
+    else:
+        what = f"{count:,} workflow{'' if count == 1 else 's'}"
+    return f"{verb} {what} at {step}" if action == "resume_at" else f"{verb} {what}"
+
+
 #: A start later than this after ``scheduled_for`` is shown as a late start.
 LATE_START = timedelta(minutes=1)
 
@@ -86,6 +115,11 @@ def state_badge(state: str) -> Badge:
         "consumed": "ok",
     }.get(state, "muted")
     return Badge(state.replace("_", " "), tone)
+
+
+def whole_seconds(delta: timedelta) -> timedelta:
+    """A lateness to show: "late by 38 s", not "late by 38.4 s"."""
+    return timedelta(seconds=int(delta.total_seconds()))
 
 
 def _json(value: Any) -> str:
@@ -140,7 +174,9 @@ def _badges(workflow: Workflow, current: StepExecution | None, now: datetime) ->
         if lateness.is_waiting_too_long(current, now):
             badges.append(Badge("waiting too long", "bad"))
     elif lateness.is_overdue(current, now):
-        badges.append(Badge("overdue", "bad"))
+        # Late beyond the grace only (settings.overdue_after), and always by how much.
+        late = duration(whole_seconds(now - current.scheduled_for))
+        badges.append(Badge(f"overdue, late by {late}", "bad"))
     elif current.state == StepState.IN_PROGRESS and lateness.is_stuck(current, now):
         badges.append(Badge("stuck", "bad"))
     return badges
@@ -178,6 +214,8 @@ class ActionControl:
     name: str
     label: str
     confirm: str | None
+    confirm_label: str = ""
+    danger: bool = False
 
 
 @dataclass(frozen=True)
@@ -200,6 +238,8 @@ class ExecutionView:
     ended_at: datetime | None
     duration: float | None
     overdue: bool
+    #: How late a scheduled execution is, once it is overdue (else None).
+    overdue_by: timedelta | None
     late_by: timedelta | None
     waiting_since: datetime | None
     waiting_too_long: bool
@@ -282,6 +322,8 @@ class WorkflowDetail:
     live: bool
     refusal: str | None = None
     notice: str | None = None
+    #: The signal the current step waits for: the send-signal form's Name starts with it.
+    awaited_signal: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -298,6 +340,8 @@ def action_controls(
             confirm=CONFIRM_QUESTIONS[name].format(id=workflow_id)
             if name in CONFIRM_QUESTIONS
             else None,
+            confirm_label=CONFIRM_LABELS.get(name, ACTION_LABELS[name]).format(id=workflow_id),
+            danger=name in DESTRUCTIVE_ACTIONS,
         )
         for name in states.allowed_operator_actions(state)
     ]
@@ -322,6 +366,11 @@ def execution_view(execution: StepExecution, attempt: int, now: datetime) -> Exe
         ended_at=execution.finished_at,
         duration=execution.duration_seconds,
         overdue=lateness.is_overdue(execution, now),
+        overdue_by=(
+            whole_seconds(now - execution.scheduled_for)
+            if lateness.is_overdue(execution, now)
+            else None
+        ),
         late_by=late_by,
         waiting_since=execution.waiting_since,
         waiting_too_long=waiting_too_long,
@@ -373,33 +422,63 @@ def action_view(action: OperatorAction) -> ActionView:
     )
 
 
+def _stranded_step(workflow: Workflow, executions: list[StepExecution]) -> str | None:
+    """The step a paused workflow is stranded on (its class no longer runs it), if any."""
+    if workflow.state != states.WorkflowState.PAUSED:
+        return None
+    last = executions[-1] if executions else None
+    if (
+        last is not None
+        and last.state == StepState.FAILED
+        and last.error_class_name == queries.STEP_NOT_DEFINED
+    ):
+        return last.step_name
+    if is_stranded_step(workflow.type, workflow.next_step_name):
+        return workflow.next_step_name
+    return None
+
+
 def _plan(workflow: Workflow, executions: list[StepExecution]) -> list[StepPlanRow]:
     latest: dict[str, StepExecution] = {}
     for execution in executions:
         latest[execution.step_name] = execution
+    newest = executions[-1] if executions else None
     current = next((e for e in reversed(executions) if e.state in CURRENT_STEP_STATES), None)
     current_name = current.step_name if current is not None else None
     if current_name is None and workflow.state == states.WorkflowState.PAUSED:
         current_name = workflow.next_step_name
+    stranded_on = _stranded_step(workflow, executions)
+    if stranded_on is not None:
+        # The step it would run is gone: no defined step is "current".
+        current_name = None
     rows = []
     for definition in workflow.steps:
-        if definition.removed:
+        last_run = latest.get(definition.name)
+        if definition.name == stranded_on:
+            status = "stranded here"
+        elif definition.removed:
             status = "removed"
         elif definition.name == current_name:
             status = "current"
-        elif definition.name in latest:
+        elif last_run is not None:
             status = {
                 str(StepState.COMPLETED): "done",
                 str(StepState.SKIPPED): "skipped",
                 str(StepState.FAILED): "failed",
                 str(StepState.CANCELED): "canceled",
-            }.get(latest[definition.name].state, "upcoming")
+            }.get(last_run.state, "upcoming")
+            if status == "failed" and last_run is not newest:
+                # It failed, and the workflow moved past it (an operator skipped it or resumed
+                # at another step): it did not run, it was skipped.
+                status = "skipped"
         else:
             status = "upcoming" if workflow.is_ongoing else "not run"
         rows.append(
             StepPlanRow(definition.name, status, definition.removed, step_options(definition))
         )
-    if current_name and workflow.steps.named(current_name) is None:
+    if stranded_on is not None and workflow.steps.named(stranded_on) is None:
+        rows.append(StepPlanRow(stranded_on, "stranded here (not defined)", True, []))
+    elif current_name and workflow.steps.named(current_name) is None:
         rows.append(StepPlanRow(current_name, "not defined", True, []))
     return rows
 
@@ -507,6 +586,7 @@ def workflow_detail(
         metadata=_json(metadata) if metadata else None,
         job_options=_json(job_options) if any(job_options.values()) else None,
         live=workflow.is_ongoing,
+        awaited_signal=awaited_signal(workflow, executions),
     )
 
 
@@ -571,24 +651,30 @@ class Waiter:
     step_name: str
     waiting_since: datetime | None
     overdue: bool
+    #: The workflow is paused: a signal sent now is stored, and the step runs after resume.
+    paused: bool = False
 
 
 @dataclass(frozen=True)
 class WaiterGroup:
     signal_name: str
     waiters: list[Waiter]
+    paused: bool = False
 
 
 def waiter_groups(rows: list[tuple[StepExecution, Workflow]]) -> list[WaiterGroup]:
-    """Parked executions grouped by the signal their step waits for (from the step definition)."""
+    """Parked executions grouped by the signal their step waits for (from the step definition),
+    the waiters of paused workflows in groups of their own after the others: a signal reaches
+    them only once they are resumed."""
     now = utcnow()
-    groups: dict[str, list[Waiter]] = {}
+    groups: dict[tuple[bool, str], list[Waiter]] = {}
     for execution, workflow in rows:
         definition = workflow.steps.named(execution.step_name)
         matcher = definition.signal_matcher if definition is not None else None
         name = (matcher_name(matcher) if matcher is not None else None) or "(unknown signal)"
         since = execution.waiting_since or execution.created_at
-        groups.setdefault(name, []).append(
+        paused = workflow.state == states.WorkflowState.PAUSED
+        groups.setdefault((paused, name), []).append(
             Waiter(
                 execution_id=execution.id,
                 workflow_id=workflow.id,
@@ -598,6 +684,18 @@ def waiter_groups(rows: list[tuple[StepExecution, Workflow]]) -> list[WaiterGrou
                 step_name=execution.step_name,
                 waiting_since=since,
                 overdue=lateness.is_waiting_too_long(execution, now),
+                paused=paused,
             )
         )
-    return [WaiterGroup(name, waiters) for name, waiters in sorted(groups.items())]
+    return [
+        WaiterGroup(name, waiters, paused) for (paused, name), waiters in sorted(groups.items())
+    ]
+
+
+def awaited_signal(workflow: Workflow, executions: list[StepExecution]) -> str | None:
+    """The signal name the workflow's current (or next) step waits for, if it waits for one."""
+    current = next((e for e in reversed(executions) if e.state == StepState.WAITING), None)
+    step = current.step_name if current is not None else workflow.next_step_name
+    definition = workflow.steps.named(step) if step else None
+    matcher = definition.signal_matcher if definition is not None else None
+    return matcher_name(matcher) if matcher is not None else None

@@ -237,12 +237,29 @@ def _id(row: Any) -> int:
 
 
 def workflow_page(
-    session: Session, filters: WorkflowFilters, after: Any = None, before: Any = None
+    session: Session,
+    filters: WorkflowFilters,
+    after: Any = None,
+    before: Any = None,
+    upto: int | None = None,
 ) -> Page:
+    """One page of the list. ``upto`` pins the first page to the rows it showed (ids up to
+    it): a refresh updates them but does not push newer rows in above what is being read."""
     limit = int(dashboard_config()["PAGE_SIZE"])
-    return keyset_page(
-        session, filtered_workflows(filters), Workflow.id, after=after, before=before, limit=limit
-    )
+    stmt = filtered_workflows(filters)
+    if upto is not None:
+        stmt = stmt.where(Workflow.id <= upto)
+    return keyset_page(session, stmt, Workflow.id, after=after, before=before, limit=limit)
+
+
+#: Newer rows counted above a pinned first page ("25+ newer workflows").
+NEWER_CAP = 25
+
+
+def newer_count(session: Session, filters: WorkflowFilters, upto: int) -> int:
+    """How many rows matching ``filters`` are newer than ``upto`` (at most NEWER_CAP + 1)."""
+    stmt = filtered_workflows(filters).with_only_columns(Workflow.id).where(Workflow.id > upto)
+    return _capped_count(session, stmt, NEWER_CAP)
 
 
 def ids_before(
@@ -303,10 +320,16 @@ class Overview:
     stuck_in_progress: int
     stranded: int
     failures: list[FailureGroup]
+    #: Paused workflows across classes, and steps parked for a signal (any age).
+    paused_total: int = 0
+    waiting_total: int = 0
+    #: How late the most overdue scheduled execution is (0 when none is).
+    oldest_overdue_seconds: float = 0.0
+    failures_window: str = "1h"
     now: datetime = field(default_factory=utcnow)
 
 
-def overview(session: Session) -> Overview:
+def overview(session: Session, failures_window: str = "1h") -> Overview:
     """The overview's numbers. The per-class counts, overdue, waiting and stuck numbers are
     ``geneva_drive.metrics``' snapshot, the very numbers ``/metrics`` exports (one grouped query set,
     cached and refreshed in the background), so the page and the alerts never disagree."""
@@ -334,11 +357,15 @@ def overview(session: Session) -> Overview:
             waiting_overdue=snapshot.waiting_overdue or 0,
             stuck_in_progress=snapshot.stuck_in_progress,
             stranded=sum(g.count for g in stranded_groups(session)),
-            failures=failure_groups(session, timedelta(hours=24), limit=10),
+            failures=failure_groups(session, FAILURE_WINDOWS[failures_window], limit=10),
+            paused_total=snapshot.state_totals.get(str(WorkflowState.PAUSED), 0),
+            waiting_total=snapshot.waiting,
+            oldest_overdue_seconds=snapshot.oldest_overdue_seconds,
+            failures_window=failures_window,
             now=snapshot.taken_at,
         )
 
-    return cached("overview", compute)
+    return cached(f"overview:{failures_window}", compute)
 
 
 # --- stranded workflows -------------------------------------------------------------------------

@@ -74,7 +74,11 @@ def register(celery: Celery) -> Celery:
     global app
     register_tasks(celery)
     schedule = dict(celery.conf.beat_schedule or {})
-    schedule.update(beat_schedule())
+    # The sweeps go where the host's worker listens for steps: GENEVA_DEFAULT_QUEUE when set,
+    # else the host app's own default queue ("celery" unless it says otherwise), which is
+    # also where step messages without a queue job option land.
+    queue = os.environ.get("GENEVA_DEFAULT_QUEUE") or celery.conf.task_default_queue
+    schedule.update(beat_schedule(queue))
     celery.conf.beat_schedule = schedule
     use_app(celery)
     app = celery
@@ -133,8 +137,11 @@ def _on_worker_init(**_: Any) -> None:
         # A worker that started anyway would take messages and pause every workflow it loads
         # ("step not defined") or fail on a missing table. Celery's signal dispatch logs and
         # swallows an Exception from a handler; SystemExit ends the worker, non-zero.
-        log.critical("GenevaDrive worker cannot start: %s", error)
-        print(f"GenevaDrive worker cannot start: {error}", file=sys.stderr, flush=True)
+        # Once: Celery's log goes to stderr when it has set up logging; else print it there.
+        if logging.getLogger().handlers:
+            log.critical("GenevaDrive worker cannot start: %s", error)
+        else:
+            print(f"GenevaDrive worker cannot start: {error}", file=sys.stderr, flush=True)
         raise SystemExit(2) from error
     # Event metrics (inherited by prefork children) and GENEVA_WORKER_METRICS_PORT's server.
     prometheus.install()

@@ -36,9 +36,10 @@ def default_queue() -> str:
     return os.environ.get("GENEVA_DEFAULT_QUEUE") or "default"
 
 
-def beat_schedule() -> dict[str, dict[str, Any]]:
-    """The dispatcher and housekeeping entries of a beat schedule."""
-    queue = default_queue()
+def beat_schedule(queue: str | None = None) -> dict[str, dict[str, Any]]:
+    """The dispatcher and housekeeping entries of a beat schedule, sent to ``queue`` (the
+    queue steps without a ``queue`` job option go to: ``GENEVA_DEFAULT_QUEUE``, or the app's)."""
+    queue = queue or default_queue()
     dispatch_every = settings.dispatch_interval.total_seconds()
     return {
         "geneva-drive-dispatch-due": {

@@ -22,6 +22,7 @@ _DURATION_FIELDS = {
     "dispatch_horizon",
     "dispatch_resend_after",
     "housekeeping_interval",
+    "overdue_grace",
 }
 _NULLABLE_FIELDS = {
     "delete_completed_workflows_after",
@@ -84,6 +85,10 @@ class Settings:
     #: GENEVA_HOUSEKEEPING_INTERVAL — how often the dispatcher loop (and the Celery beat
     #: schedule) runs housekeeping: cleanup, stuck recovery and gauges.
     housekeeping_interval: timedelta = timedelta(minutes=5)
+    #: GENEVA_OVERDUE_GRACE — a scheduled execution is "overdue" only once it is later than
+    #: ``dispatch_interval`` plus this margin: until then a worker may simply not have picked
+    #: it up yet, and calling it overdue the moment it is due paints every fresh row red.
+    overdue_grace: timedelta = timedelta(seconds=30)
     _frozen: bool = field(default=False, repr=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -93,6 +98,12 @@ class Settings:
         if name not in {f.name for f in fields(self)}:
             raise AttributeError(f"engine.settings has no setting {name!r}")
         object.__setattr__(self, name, _coerce(name, value))
+
+    @property
+    def overdue_after(self) -> timedelta:
+        """How late a scheduled execution must be to count as overdue (everywhere: the why
+        line, the dashboard's badges and filter, the overview and ``/metrics``)."""
+        return self.dispatch_interval + self.overdue_grace
 
     def reset(self) -> None:
         """Restore every setting to its default (tests use this)."""

@@ -191,11 +191,12 @@ def begin_write(session: Session) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
-def plain_session(session: Session | scoped_session[Session]) -> Session:
+def plain_session(session: Session | scoped_session[Any]) -> Session:
     """The ``Session`` behind a ``scoped_session`` (Flask-SQLAlchemy's ``db.session``), or
     ``session`` itself: everything that takes a session accepts either."""
     if isinstance(session, scoped_session):
-        return session()
+        inner: Session = session()
+        return inner
     return session
 
 

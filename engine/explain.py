@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from geneva_drive.workflow import Workflow
 
 
+#: What the executor records on an execution whose step its class does not define.
+STEP_NOT_DEFINED = "geneva_drive.errors.StepNotDefinedError"
+
+
 def humanize(delta: timedelta) -> str:
     seconds = int(abs(delta.total_seconds()))
     if seconds < 60:
@@ -134,10 +138,11 @@ def _line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
     if current.state == StepState.IN_PROGRESS:
         started = current.started_at or now
         return f"running `{step}` for {humanize(now - started)}"
-    if current.scheduled_for > now:
+    if current.scheduled_for - now >= timedelta(seconds=1):
         return f"`{step}` scheduled in {humanize(current.scheduled_for - now)}"
     late = now - current.scheduled_for
-    if late < timedelta(seconds=5):
+    # Within the grace a worker may just not have picked it up yet: due, not overdue.
+    if late < settings.overdue_after:
         return f"`{step}` due now"
     return f"`{step}` overdue by {humanize(late)}"
 
@@ -146,6 +151,13 @@ def _paused_line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
     if workflow.steps.named(workflow.next_step_name) is None and workflow.next_step_name:
         return f"stranded: step `{workflow.next_step_name}` is no longer defined"
     last = facts.last.get(workflow.id)
+    if (
+        last is not None
+        and last.state == StepState.FAILED
+        and last.error_class_name == STEP_NOT_DEFINED
+    ):
+        # Paused because its step is gone (a deploy removed it): not an error to triage.
+        return f"stranded: step `{last.step_name}` is no longer defined"
     if last is not None and last.state == StepState.FAILED and last.error_class_name:
         short = last.error_class_name.rsplit(".", 1)[-1]
         return f"paused after `{short}` in `{last.step_name}`"

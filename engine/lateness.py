@@ -4,7 +4,8 @@ Housekeeping recovers what this module calls stuck; the metrics snapshot (``/met
 gauges), the dashboard's filters, counts and badges count and show the same rows, so a number
 on the overview is exactly what the next housekeeping run will act on.
 
-* **overdue** - a ``scheduled`` execution whose ``scheduled_for`` has passed. Counted only for
+* **overdue** - a ``scheduled`` execution whose ``scheduled_for`` lies further back than
+  ``settings.overdue_after`` (the dispatch interval plus ``GENEVA_OVERDUE_GRACE``). Counted only for
   workflows the executor would run (``RUNNABLE_WORKFLOW_STATES``): a paused workflow's preserved
   execution waits for ``resume()`` on purpose.
 * **stuck in progress** - ``in_progress`` longer than ``settings.stuck_in_progress_threshold``
@@ -41,6 +42,12 @@ NOT_STUCK_WORKFLOW_STATE = WorkflowState.PAUSED
 # --- cutoffs -------------------------------------------------------------------------------------
 
 
+def overdue_cutoff(now: datetime) -> datetime:
+    """Due before this is overdue: the dispatcher gets its interval plus the grace
+    (``settings.overdue_after``), so a freshly due execution is "due now", not late."""
+    return now - settings.overdue_after
+
+
 def stuck_in_progress_cutoff(now: datetime) -> datetime:
     return now - settings.stuck_in_progress_threshold
 
@@ -58,7 +65,7 @@ def waiting_cutoff(now: datetime) -> datetime | None:
 
 
 def is_overdue(execution: StepExecution, now: datetime) -> bool:
-    return states.is_overdue(execution.state, execution.scheduled_for, now)
+    return states.is_overdue(execution.state, execution.scheduled_for, overdue_cutoff(now))
 
 
 def is_stuck(execution: StepExecution, now: datetime) -> bool:
@@ -83,7 +90,7 @@ def is_waiting_too_long(execution: StepExecution, now: datetime) -> bool:
 
 def overdue_condition(now: datetime) -> Any:
     """Executions that are overdue (join the workflow for OVERDUE_WORKFLOW_STATES)."""
-    return and_(_ex.state == StepState.SCHEDULED, _ex.scheduled_for < now)
+    return and_(_ex.state == StepState.SCHEDULED, _ex.scheduled_for < overdue_cutoff(now))
 
 
 def stuck_in_progress_condition(now: datetime) -> Any:

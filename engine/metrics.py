@@ -15,7 +15,7 @@ query                                  index
 =====================================  =================================================
 waiting executions (+ overdue)         ``index_geneva_drive_step_executions_scheduled``
                                        (state, scheduled_for): the ``waiting`` range
-overdue scheduled executions           same index: ``scheduled`` and ``scheduled_for < now``
+overdue scheduled executions           same index: ``scheduled`` and ``scheduled_for < cutoff``
 stuck in-progress executions           partial index on ``started_at`` where in_progress
 =====================================  =================================================
 
@@ -31,7 +31,8 @@ Definitions (the numbers the alerts in ``docs/prometheus-rules.yml`` fire on):
   workflow's state, as the gem counts them.
 * **waiting overdue** — waiting executions with ``waiting_since`` older than
   ``settings.waiting_visibility_threshold``; not computed when the threshold is ``None``.
-* **overdue** — executions still ``scheduled`` whose ``scheduled_for`` has passed, of workflows
+* **overdue** — executions still ``scheduled`` whose ``scheduled_for`` passed more than
+  ``settings.overdue_after`` ago (``dispatch_interval`` + ``overdue_grace``), of workflows
   the executor would run (``ready`` or ``performing``). A paused workflow keeps its scheduled
   execution on purpose; it is counted by ``paused_ratio``, not here, so that pausing never
   pages anyone.
@@ -337,7 +338,12 @@ class SnapshotCache:
     ) -> MetricsSnapshot:
         age_limit = self.max_age if max_age is None else max_age
         engine = bind or (session.get_bind() if session is not None else db.get_engine())
-        key = (engine, settings.waiting_visibility_threshold, settings.stuck_in_progress_threshold)
+        key = (
+            engine,
+            settings.waiting_visibility_threshold,
+            settings.stuck_in_progress_threshold,
+            settings.overdue_after,
+        )
         entry = self._entries.get(key)
         if entry is not None and age_limit > 0:
             age = self._clock() - entry[0]

@@ -31,6 +31,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from geneva_drive.config import settings
 from geneva_drive.serialization import deserialize, serialize_cursor
 from geneva_drive.states import CURRENT_STEP_STATES, Outcome, SignalState, StepState, is_overdue
 
@@ -240,7 +241,7 @@ class StepExecution(TimestampMixin, Base):
 
     @property
     def is_overdue(self) -> bool:
-        return is_overdue(self.state, self.scheduled_for, utcnow())
+        return is_overdue(self.state, self.scheduled_for, utcnow() - settings.overdue_after)
 
     @property
     def is_active(self) -> bool:

@@ -85,13 +85,15 @@ class Operation(StrEnum):
     SIGNAL = "signal"
 
 
-#: The operations an operator may apply to many workflows at once, in display order (skip,
-#: reattempt and signal need a look at each workflow first).
+#: The operations an operator may apply to many workflows at once, in display order (skip and
+#: signal need a look at each workflow first; reattempt is for a group of failures, each of
+#: which the engine refuses unless it is paused).
 BULK_OPERATIONS: tuple[Operation, ...] = (
     Operation.PAUSE,
     Operation.RESUME,
     Operation.CANCEL,
     Operation.RESUME_AT,
+    Operation.REATTEMPT,
 )
 
 
@@ -255,9 +257,10 @@ def is_still_running(workflow_state: str, execution_state: str) -> bool:
     return execution_state == StepState.IN_PROGRESS and workflow_state == WorkflowState.PERFORMING
 
 
-def is_overdue(state: str, scheduled_for: datetime, now: datetime) -> bool:
-    """A scheduled execution past its ``scheduled_for`` (engine/lateness.py: what counts)."""
-    return state == StepState.SCHEDULED and scheduled_for < now
+def is_overdue(state: str, scheduled_for: datetime, due_before: datetime) -> bool:
+    """A scheduled execution due before ``due_before`` (engine/lateness.py: the cutoff, which
+    allows the dispatcher its interval plus ``settings.overdue_grace``)."""
+    return state == StepState.SCHEDULED and scheduled_for < due_before
 
 
 # Operator predicates: the dashboard's buttons and the flow-control methods ask these, so the

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from sqlalchemy import Boolean, Index, Select, String, func, inspect, select, text
 from sqlalchemy.exc import IntegrityError
@@ -91,6 +91,11 @@ class _StepsDescriptor:
             cached = StepCollection(list(owner._step_definitions))
             owner._steps_cache = cached
         return cached
+
+
+#: A session as callers hold it: a ``Session``, or a ``scoped_session`` of any session class
+#: (Flask-SQLAlchemy's ``db.session`` is a ``scoped_session`` of its own ``Session`` subclass).
+AnySession = Session | scoped_session[Any]
 
 
 class Workflow(TimestampMixin, Base):
@@ -240,10 +245,10 @@ class Workflow(TimestampMixin, Base):
     def create(
         cls,
         hero: Any = None,
-        session: Session | scoped_session[Session] | None = None,
+        session: AnySession | None = None,
         allow_multiple: bool = False,
         step_job_options: dict[str, Any] | None = None,
-    ) -> Any:
+    ) -> Self:
         """Insert the workflow and schedule its first step (flushed, not committed).
 
         Raises DuplicateWorkflowError when an ongoing workflow of this class already exists for
@@ -304,21 +309,21 @@ class Workflow(TimestampMixin, Base):
         return select(cls)
 
     @classmethod
-    def ongoing(cls, session: Session) -> list[Any]:
+    def ongoing(cls, session: AnySession) -> list[Self]:
         return list(
             session.scalars(cls.query().where(cls.state.not_in(list(TERMINAL_WORKFLOW_STATES))))
         )
 
     @classmethod
-    def in_state(cls, session: Session, state: str) -> list[Any]:
+    def in_state(cls, session: AnySession, state: str) -> list[Self]:
         return list(session.scalars(cls.query().where(cls.state == str(state)).order_by(cls.id)))
 
     @classmethod
-    def paused(cls, session: Session) -> list[Any]:
+    def paused(cls, session: AnySession) -> list[Self]:
         return cls.in_state(session, WorkflowState.PAUSED)
 
     @classmethod
-    def for_hero(cls, session: Session, hero: Any) -> list[Any]:
+    def for_hero(cls, session: AnySession, hero: Any) -> list[Self]:
         hero_type, hero_id = hero_key(hero)
         return list(
             session.scalars(
@@ -329,7 +334,7 @@ class Workflow(TimestampMixin, Base):
         )
 
     @classmethod
-    def removed_steps_in_flight(cls, session: Session) -> dict[str, int]:
+    def removed_steps_in_flight(cls, session: AnySession) -> dict[str, int]:
         """``{gravestone_name: executions}`` for ongoing workflows of this class (the drain view)."""
         names = [s.name for s in cls.steps.removed]
         if not names:
@@ -691,7 +696,7 @@ def _hero_identity_ready(session: Session, hero: Any) -> None:
         session.flush()
 
 
-def _resolve_session(session: Session | scoped_session[Session] | None, hero: Any) -> Session:
+def _resolve_session(session: AnySession | None, hero: Any) -> Session:
     if session is not None:
         return db.plain_session(session)
     if hero is not None:

@@ -8,7 +8,9 @@ canceled workflows; campaign chains part-way through their resumable step; erasu
 grace period, done (the member deleted) and withdrawn (canceled).
 
 :func:`run_ticker` keeps the demo alive: every couple of seconds it starts a new workflow and
-confirms a parked payment, so the dashboard always has something moving.
+confirms a parked payment, so the dashboard always has something moving and workflows finish
+within seconds of the start; the oldest few parked payments are left for an operator to
+confirm (:data:`KEEP_FOR_OPERATOR`).
 """
 
 from __future__ import annotations
@@ -315,6 +317,12 @@ def run_ticker(stop: threading.Event, every: float = 2.0) -> None:
     """Start a workflow and confirm a parked payment every ``every`` seconds until stopped."""
     rng = random.Random()
     n = 0
+    # A healthy feed right away: fetch, parse, publish finish within a second or two of the
+    # start, so the pages move before the first tick.
+    try:
+        _create(FeedImportWorkflow, DemoFeed(url="https://feeds.example/t0", kind="healthy"))
+    except Exception:
+        log.exception("demo ticker failed; continuing")
     while not stop.wait(every):
         n += 1
         try:
@@ -333,6 +341,11 @@ def run_ticker(stop: threading.Event, every: float = 2.0) -> None:
             log.exception("demo ticker failed; continuing")
 
 
+#: Parked, ready payments the ticker never confirms: the oldest few wait for a payment only an
+#: operator sends ("Send signal" in the inbox), so a newcomer always finds one to try.
+KEEP_FOR_OPERATOR = 5
+
+
 def _confirm_a_parked_payment(rng: random.Random) -> None:
     with db.new_session() as session:
         parked = list(
@@ -344,9 +357,10 @@ def _confirm_a_parked_payment(rng: random.Random) -> None:
                     Workflow.type == PaymentWorkflow.workflow_name,
                     Workflow.state == "ready",
                 )
-                .limit(20)
+                .order_by(StepExecution.workflow_id)
+                .limit(KEEP_FOR_OPERATOR + 20)
             )
-        )
+        )[KEEP_FOR_OPERATOR:]
     if parked:
         workflow_id = rng.choice(parked)
         with db.new_session() as session:

@@ -3,12 +3,13 @@ renders the page, or only its partial for HTMX."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from flask import abort, request
 
 from geneva_drive.config import settings
-from geneva_drive.dashboard import presenters, queries
+from geneva_drive.dashboard import charts, presenters, queries
 from geneva_drive.dashboard.dashboard import bp
 from geneva_drive.dashboard.extensions import session
 from geneva_drive.dashboard.htmx import render
@@ -17,7 +18,10 @@ from geneva_drive.states import WorkflowState
 
 @bp.get("/")
 def overview() -> Any:
-    data = queries.overview(session())
+    window = request.args.get("window", "1h")
+    if window not in queries.FAILURE_WINDOWS:
+        window = "1h"
+    data = queries.overview(session(), window)
     return render(
         "dashboard/overview.html",
         "dashboard/_overview.html",
@@ -25,21 +29,26 @@ def overview() -> Any:
         classes=sorted(data.counts),
         states=[s.value for s in WorkflowState],
         settings=settings,
+        windows=list(queries.FAILURE_WINDOWS),
+        trends=charts.trends(session()),
     )
+
+
+def signals_context() -> dict[str, Any]:
+    """What the signal inbox shows (the page, its poll, and the answer to a send from it)."""
+    parked = queries.parked_executions(session())
+    return {
+        "groups": presenters.waiter_groups(parked),
+        "truncated": len(parked) >= queries.INBOX_LIMIT,
+        "pending": [presenters.signal_view(s) for s in queries.pending_signals(session())],
+        "recent": [presenters.signal_view(s) for s in queries.recent_signals(session())],
+        "limit": queries.INBOX_LIMIT,
+    }
 
 
 @bp.get("/signals")
 def signals() -> Any:
-    parked = queries.parked_executions(session())
-    return render(
-        "dashboard/signals.html",
-        "dashboard/_signals.html",
-        groups=presenters.waiter_groups(parked),
-        truncated=len(parked) >= queries.INBOX_LIMIT,
-        pending=[presenters.signal_view(s) for s in queries.pending_signals(session())],
-        recent=[presenters.signal_view(s) for s in queries.recent_signals(session())],
-        limit=queries.INBOX_LIMIT,
-    )
+    return render("dashboard/signals.html", "dashboard/_signals.html", **signals_context())
 
 
 @bp.get("/definitions")
@@ -57,7 +66,11 @@ def definition(name: str) -> Any:
         abort(404, description=f"No workflow class named {name!r} is registered.")
     classes = [presenters.class_definition(session(), cls)]
     return render(
-        "dashboard/definitions.html", "dashboard/_definitions.html", classes=classes, single=True
+        "dashboard/definitions.html",
+        "dashboard/_definitions.html",
+        classes=classes,
+        single=True,
+        durations=charts.durations(session(), name, timedelta(days=1)),
     )
 
 
@@ -82,6 +95,7 @@ def failures() -> Any:
         groups=groups,
         window=window,
         windows=list(queries.FAILURE_WINDOWS),
+        step_not_defined=queries.STEP_NOT_DEFINED,
     )
 
 

@@ -83,6 +83,22 @@ def signal(workflow_id: int) -> Any:
     if back == "signals" and result.ok and not is_htmx():
         flash(f"#{workflow_id}: {result.message}")
         return redirect(url_for("dashboard.signals"))
+    if back == "signals" and is_htmx():
+        # Sent from the inbox: the inbox is re-rendered in place (the waiter leaves it), with
+        # the outcome at its top, like every other action updates its own region.
+        from geneva_drive.dashboard.dashboard.views import signals_context
+
+        db.session.expire_all()
+        message = f"#{workflow_id}: {result.message}"
+        response = render(
+            "dashboard/signals.html",
+            "dashboard/_signals.html",
+            status=result.status,
+            inbox_message=message,
+            inbox_ok=result.ok,
+            **signals_context(),
+        )
+        return with_trigger(response, "geneva:toast", {"message": message, "ok": result.ok})
     return _respond(workflow_id, result)
 
 
@@ -121,16 +137,28 @@ def _selection(source: Any) -> tuple[queries.WorkflowFilters, list[int], str, bo
 def _bulk_context(source: Any) -> dict[str, Any]:
     action = source.get("action", "")
     if action not in presenters.BULK_ACTIONS:
-        return {"error": "Unknown bulk action.", "status": 400}
+        return {
+            "error": "Unknown bulk action: choose one of the bulk bar's buttons.",
+            "status": 400,
+            "back_url": url_for("workflows.index"),
+            "in_dialog": is_htmx(),
+        }
     filters, ids, error, background = _selection(source)
     target_step = source.get("target_step", "").strip()
     if action == "resume_at" and not target_step and not error:
         error = "Choose the Step to resume at."
     label, verb = presenters.BULK_ACTIONS[action]
+    origin = source.get("origin") if source.get("origin") in ("stranded", "failures") else "list"
     return {
         "action": action,
         "label": label,
         "verb": verb,
+        "origin": origin,
+        "back_url": _back_url(origin, filters),
+        "danger": action in presenters.DESTRUCTIVE_ACTIONS,
+        "confirm_label": presenters.bulk_confirm_label(
+            action, len(ids), target_step, background=background
+        ),
         "filters": filters,
         "ids": ids,
         "scope": source.get("scope", "selected"),
@@ -139,7 +167,18 @@ def _bulk_context(source: Any) -> dict[str, Any]:
         "background": background,
         "status": 400 if error else 200,
         "cap": dashboard_config()["BULK_CAP"],
+        "in_dialog": is_htmx(),
     }
+
+
+def _back_url(origin: str, filters: queries.WorkflowFilters) -> str:
+    """Where "Back" and "Close" lead without script (with script they close the dialog)."""
+    if origin == "stranded":
+        return url_for("dashboard.stranded")
+    if origin == "failures":
+        return url_for("dashboard.failures")
+    params: dict[str, Any] = filters.as_params()
+    return url_for("workflows.index", **params)
 
 
 @bp.get("/workflows/bulk")
@@ -182,14 +221,27 @@ def bulk() -> Any:
         flash(message)
         for line in result.messages:
             flash(line)
-        return redirect(url_for("workflows.index", **context["filters"].as_params()))
+        return redirect(context["back_url"])
+    # The region behind the dialog is re-rendered out of band: the stranded groups, or the
+    # list (without its selection, which the action has used up).
+    behind: dict[str, Any]
+    if context["origin"] == "stranded":
+        behind = {"groups": queries.stranded_groups(session())}
+    elif context["origin"] == "failures":
+        behind = {}  # past failures stay what they were; the dialog shows the outcome
+    else:
+        behind = list_context(context["filters"])
     response = render(
         "workflows/bulk.html",
         "workflows/_bulk_result.html",
         result=result,
         message=message,
         action=context["action"],
-        **list_context(context["filters"]),
+        label=context["label"],
+        origin=context["origin"],
+        back_url=context["back_url"],
+        in_dialog=True,
+        **behind,
     )
     return with_trigger(response, "geneva:toast", {"message": message, "ok": not result.refused})
 

@@ -18,9 +18,12 @@ from geneva_drive.workflow import Workflow, workflow_class
 
 def list_context(filters: queries.WorkflowFilters) -> dict[str, Any]:
     """Everything the list page and its partial show, for ``filters`` and the page cursor."""
-    page = queries.workflow_page(
-        session(), filters, request.args.get("after"), request.args.get("before")
-    )
+    after, before = request.args.get("after"), request.args.get("before")
+    first_page = not after and not before
+    upto = queries.parse_id(request.args.get("upto")) if first_page else None
+    page = queries.workflow_page(session(), filters, after, before, upto=upto)
+    if first_page and upto is None and page.items:
+        upto = int(page.items[0].id)
     cls = workflow_class(filters.cls) if filters.cls else None
     user = current_user()
     return {
@@ -34,6 +37,10 @@ def list_context(filters: queries.WorkflowFilters) -> dict[str, Any]:
         "dangerous_bulk_actions": presenters.DANGEROUS_BULK_ACTIONS,
         "bulk_steps": [s.name for s in cls.steps.runnable] if cls is not None else [],
         "bulk_cap": dashboard_config()["BULK_CAP"],
+        # The poll keeps the first page pinned at the rows shown; newer ones are announced.
+        "upto": upto,
+        "newer": queries.newer_count(session(), filters, upto) if upto is not None else 0,
+        "newer_cap": queries.NEWER_CAP,
     }
 
 

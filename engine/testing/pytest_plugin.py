@@ -95,13 +95,17 @@ def _create_all(engine: Engine, metadata: Sequence[MetaData]) -> None:
 
 @pytest.fixture
 def geneva_metadata() -> list[MetaData]:
-    """Extra metadata whose tables each test database gets (override in a host's conftest)."""
+    """Extra metadata whose tables each test database gets: override it in a host's conftest
+    to return the host's ``MetaData`` (one, or a list)."""
     return []
 
 
 @pytest.fixture
-def geneva_database(tmp_path: Path, geneva_metadata: list[MetaData]) -> Iterator[TestDatabase]:
-    database = create_test_database(tmp_path, geneva_metadata)
+def geneva_database(
+    tmp_path: Path, geneva_metadata: MetaData | Sequence[MetaData]
+) -> Iterator[TestDatabase]:
+    extra = [geneva_metadata] if isinstance(geneva_metadata, MetaData) else list(geneva_metadata)
+    database = create_test_database(tmp_path, extra)
     previous = db._engine
     db.configure(engine=database.engine)
     try:

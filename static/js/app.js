@@ -21,8 +21,7 @@
   function busy(region) {
     var edited = Number(region.getAttribute("data-edited-at") || 0);
     if (edited && Date.now() - edited < EDIT_GRACE_MS) return true;
-    var dialog = document.getElementById("confirm-dialog");
-    if (dialog && dialog.open) return true;
+    if (document.querySelector("dialog[open]")) return true;
     if (region.querySelector("input[type=checkbox]:checked, details.signal-form[open]")) return true;
     var active = document.activeElement;
     return !!(active && region.contains(active) && active.matches("input, select, textarea"));
@@ -42,29 +41,91 @@
   });
 
   // Confirmation dialogs: hx-confirm opens a <dialog> whose confirm button repeats the
-  // action's label (data-confirm-label), instead of the browser's OK/Cancel box.
+  // action and names its object (data-confirm-label, e.g. "Cancel workflow #41"), instead of
+  // the browser's OK/Cancel box. "{step}" in the question or label is the form's chosen Step.
+  // A destructive action (data-confirm-danger) gets a red button and the dialog opens with
+  // focus on Back, so Enter-Enter never cancels anything.
+  function fillStep(text, source) {
+    var select = source.querySelector && source.querySelector("select[name=step]");
+    return text.split("{step}").join(select ? select.value : "");
+  }
   document.addEventListener("htmx:confirm", function (evt) {
     var question = evt.detail.question;
     if (!question) return;
     evt.preventDefault();
+    var source = evt.detail.elt;
+    question = fillStep(question, source);
     var dialog = document.getElementById("confirm-dialog");
     if (!dialog || typeof dialog.showModal !== "function") {
       if (window.confirm(question)) evt.detail.issueRequest(true);
       return;
     }
-    var source = evt.detail.elt;
     var label = (source.getAttribute && source.getAttribute("data-confirm-label")) || "Confirm";
+    var danger = !!(source.hasAttribute && source.hasAttribute("data-confirm-danger"));
     dialog.querySelector("[data-confirm-question]").textContent = question;
     var ok = dialog.querySelector("[data-confirm-ok]");
-    ok.textContent = label;
+    ok.textContent = fillStep(label, source);
+    ok.classList.toggle("danger", danger);
     dialog.returnValue = "";
     dialog.addEventListener("close", function onClose() {
       dialog.removeEventListener("close", onClose);
       if (dialog.returnValue === "confirm") evt.detail.issueRequest(true);
     });
     dialog.showModal();
-    ok.focus();
+    (danger ? dialog.querySelector("[data-confirm-back]") : ok).focus();
   });
+
+  // Bulk previews and results are swapped into #bulk-preview, inside #bulk-dialog: open it
+  // (wherever the operator scrolled to) and focus its [data-autofocus] button.
+  document.addEventListener("htmx:afterSwap", function (evt) {
+    var target = evt.detail.target;
+    if (!target || target.id !== "bulk-preview") return;
+    var dialog = document.getElementById("bulk-dialog");
+    if (!dialog) return;
+    if (!dialog.open) dialog.showModal();
+    var first = target.querySelector("[data-autofocus]");
+    if (first) first.focus();
+  });
+  document.addEventListener("click", function (evt) {
+    var closer = evt.target.closest && evt.target.closest("[data-close-dialog]");
+    if (!closer) return;
+    var dialog = closer.closest("dialog");
+    if (!dialog) return; // the no-script page: the link navigates back
+    evt.preventDefault();
+    dialog.close();
+  });
+  document.addEventListener("close", function (evt) {
+    if (evt.target.id === "bulk-dialog") document.getElementById("bulk-preview").innerHTML = "";
+  }, true);
+
+  // Refreshes morph (idiomorph) instead of replacing: what the operator set is theirs. An open
+  // <details> (a backtrace, a payload) stays open, a ticked checkbox or radio stays ticked, a
+  // chosen option stays chosen and typed text stays; idiomorph keeps focus and scroll itself.
+  // Only polls morph: an action's answer replaces its region with the server's state.
+  function keepOperatorState(attr, elt) {
+    if ((attr === "open" || attr === "data-folded") && elt.tagName === "DETAILS") return false;
+    if (attr === "checked" || attr === "selected") return false;
+    if (attr === "value" && elt.matches && elt.matches("input:not([type=hidden]), textarea")) return false;
+    return true;
+  }
+  document.addEventListener("DOMContentLoaded", function () {
+    if (window.Idiomorph) Idiomorph.defaults.callbacks.beforeAttributeUpdated = keepOperatorState;
+  });
+
+  // Engine messages mark step and error names with backticks; show those as <code>, the
+  // rest as text (never as HTML).
+  function appendCodeText(parent, text) {
+    String(text).split("`").forEach(function (part, i) {
+      if (!part) return;
+      if (i % 2) {
+        var code = document.createElement("code");
+        code.textContent = part;
+        parent.appendChild(code);
+      } else {
+        parent.appendChild(document.createTextNode(part));
+      }
+    });
+  }
 
   // Toasts from the HX-Trigger header of action responses.
   function toast(message, ok) {
@@ -72,7 +133,7 @@
     if (!region) return;
     var item = document.createElement("div");
     item.className = "toast " + (ok ? "toast-ok" : "toast-bad");
-    item.textContent = message;
+    appendCodeText(item, message);
     region.appendChild(item);
     setTimeout(function () { item.remove(); }, 6000);
   }
@@ -107,5 +168,18 @@
     });
   }
   document.addEventListener("DOMContentLoaded", function () { localize(document); });
-  document.body.addEventListener("htmx:afterSwap", function (evt) { localize(evt.detail.target); });
+
+  // At phone width the filters and the bulk bar start folded, so the list is on the first
+  // screen; their summaries open them. (Open by default: without script nothing is hidden.)
+  function foldNarrow(root) {
+    if (!window.matchMedia || !window.matchMedia("(max-width: 600px)").matches) return;
+    (root || document).querySelectorAll("details[data-collapse-narrow]").forEach(function (d) {
+      if (!d.hasAttribute("data-folded")) { d.open = false; d.setAttribute("data-folded", ""); }
+    });
+  }
+  document.addEventListener("DOMContentLoaded", function () { foldNarrow(document); });
+  document.body.addEventListener("htmx:afterSwap", function (evt) {
+    localize(evt.detail.target);
+    foldNarrow(evt.detail.target.parentNode || document);
+  });
 })();

@@ -102,7 +102,7 @@ def test_send_signal_wakes_the_parked_step(operator_client, make_workflow, genev
         htmx=True,
     )
     assert response.status_code == 200
-    assert "Signal `payment_confirmed` delivered" in response.get_data(as_text=True)
+    assert "Signal <code>payment_confirmed</code> delivered" in response.get_data(as_text=True)
     geneva_session.expire_all()
     [signal] = geneva_session.scalars(select(Signal).where(Signal.workflow_id == wf.id)).all()
     assert signal.payload == {"amount_cents": 1200}
@@ -178,7 +178,8 @@ def test_bulk_preview_counts_the_selection_and_changes_nothing(
     html = preview.get_data(as_text=True)
     assert preview.status_code == 200
     assert "2 workflows will be paused." in html
-    assert ">Pause selected</button>" in html
+    # Its one confirm button names what it will do.
+    assert ">Pause 2 workflows</button>" in html
     everything = operator_client.get("/workflows/bulk?action=pause&scope=all&class=DashPayment")
     assert "3 workflows will be paused." in everything.get_data(as_text=True)
     assert {_reload(geneva_session, w.id).state for w in (a, b, c)} == {"ready"}

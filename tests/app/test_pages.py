@@ -70,7 +70,7 @@ def test_unknown_workflow_and_class_are_404(operator_client):
 def test_detail_shows_error_backtrace_plan_and_why_line(operator_client, make_workflow):
     wf = make_workflow(run=True)
     html = operator_client.get(f"/workflows/{wf.id}").get_data(as_text=True)
-    assert "paused after `RuntimeError` in `charge`" in html
+    assert "paused after <code>RuntimeError</code> in <code>charge</code>" in html
     assert "<details><summary>Backtrace</summary>" in html
     assert "RuntimeError" in html
     # The gravestone is in the plan, struck through by its class, and not offered to resume_at.
@@ -345,7 +345,7 @@ def test_due_filter_finds_parked_waiters_and_the_inbox_lists_them(operator_clien
     other = make_workflow()
     html = operator_client.get("/workflows?due=waiting").get_data(as_text=True)
     assert f'id="wf-{parked.id}"' in html and f'id="wf-{other.id}"' not in html
-    assert "waiting for signal `payment_confirmed`" in html
+    assert "waiting for signal <code>payment_confirmed</code>" in html
     inbox = operator_client.get("/signals").get_data(as_text=True)
     assert "<code>payment_confirmed</code> · 1 waiting" in inbox
     assert f"#{parked.id}" in inbox

@@ -94,8 +94,10 @@ def _park(workflow):  # type: ignore[no-untyped-def]
 def test_row_badges_say_overdue_stuck_and_waiting_too_long(geneva_session, monkeypatch):
     on_time = _workflow(geneva_session, scheduled_for=utcnow() + timedelta(minutes=5))
     assert _badges(geneva_session, on_time) == []
+    just_due = _workflow(geneva_session, scheduled_for=utcnow() - timedelta(seconds=10))
+    assert _badges(geneva_session, just_due) == []  # within the dispatcher's grace: due now
     late = _workflow(geneva_session, scheduled_for=utcnow() - timedelta(minutes=5))
-    assert _badges(geneva_session, late) == ["overdue"]
+    assert _badges(geneva_session, late) == ["overdue, late by 5 min"]
     stuck = _workflow(geneva_session, state="in_progress", started_at=utcnow() - timedelta(hours=2))
     assert _badges(geneva_session, stuck) == ["stuck"]
     running = _workflow(geneva_session, state="in_progress", started_at=utcnow())

@@ -99,10 +99,8 @@ def browser() -> Iterator[Any]:
             chromium.close()
 
 
-@pytest.fixture
-def page(browser) -> Iterator[Any]:  # type: ignore[no-untyped-def]
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    page = context.new_page()
+def watch(page: Any) -> list[str]:
+    """Collect what fails a browser test: console errors, script errors and 5xx answers."""
     errors: list[str] = []
 
     def on_console(message: Any) -> None:
@@ -110,12 +108,35 @@ def page(browser) -> Iterator[Any]:  # type: ignore[no-untyped-def]
         if message.type == "error" and "status of 409" not in message.text:
             errors.append(message.text)
 
-    # A CSP violation or a script error is a bug: collect them and fail the test at the end.
+    def on_response(response: Any) -> None:
+        if response.status >= 500:
+            errors.append(f"{response.status} from {response.request.method} {response.url}")
+
+    # A CSP violation, a script error or a server error is a bug: fail the test at the end.
     page.on("console", on_console)
     page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("response", on_response)
+    return errors
+
+
+def open_page(browser: Any, width: int = 1280, height: int = 900) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": width, "height": height})
+    page = context.new_page()
+    errors = watch(page)
     yield page
     context.close()
-    assert not errors, f"browser console errors: {errors}"
+    assert not errors, f"browser console errors or 5xx answers: {errors}"
+
+
+@pytest.fixture
+def page(browser) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+    yield from open_page(browser)
+
+
+@pytest.fixture
+def phone_page(browser) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+    """A 390 px wide phone screen (the size the issue was reported at)."""
+    yield from open_page(browser, 390, 844)
 
 
 def login(page: Any, base_url: str, user: str) -> None:

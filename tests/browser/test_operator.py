@@ -43,7 +43,9 @@ def test_operator_resumes_a_paused_workflow_at_a_chosen_step(live_server, page):
     expect(page).to_have_url(re.compile(r"state=paused"))
     expect(page).to_have_url(re.compile(r"class=FeedImportWorkflow"))
     rows = page.locator("#results tbody tr")
-    expect(rows.first).to_contain_text("paused after `ValueError` in `parse`")
+    # Step and error names are <code>, not Markdown backticks.
+    expect(rows.first).to_contain_text("paused after ValueError in parse")
+    expect(rows.first.locator(".why code").first).to_have_text("ValueError")
     screenshot(page, "workflows-paused")
 
     # Open one and read the error.
@@ -62,10 +64,11 @@ def test_operator_resumes_a_paused_workflow_at_a_chosen_step(live_server, page):
     page.get_by_role("button", name="Resume at", exact=True).click()
     dialog = page.locator("#confirm-dialog")
     expect(dialog).to_be_visible()
-    expect(dialog).to_contain_text("Resume workflow")
+    expect(dialog).to_contain_text(f"Resume workflow #{workflow_id} at publish?")
     screenshot(page, "confirm-dialog", full_page=False)
-    dialog.get_by_role("button", name="Resume at").click()
-    expect(page.locator("#toasts")).to_contain_text("Resumed at `publish`.")
+    dialog.get_by_role("button", name=f"Resume workflow #{workflow_id} at publish").click()
+    expect(page.locator("#toasts")).to_contain_text("Resumed at publish.")
+    expect(page.locator("#toasts code").last).to_have_text("publish")
     expect(page.locator("#wf-state")).to_have_text("ready")
     expect(page.locator("#timeline")).to_contain_text("Resume at")
     expect(page.locator("#timeline")).to_contain_text("by olga")

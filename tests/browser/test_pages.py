@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.browser.conftest import login, screenshot
+from tests.browser.conftest import login, screenshot, watch
 
 pytestmark = pytest.mark.browser
 
@@ -51,7 +51,7 @@ def test_every_page_renders_and_is_screenshotted(live_server, page):
     expect(group).to_contain_text("send_sms")
     group.get_by_role("button", name="Resume selected at").click()
     expect(page.locator("#bulk-count")).to_contain_text(re.compile(r"\d+ workflows? will be"))
-    screenshot(page, "stranded-bulk-preview")
+    screenshot(page, "stranded-bulk-preview", full_page=False)
 
 
 def test_bulk_pause_from_the_list_with_a_confirmation(live_server, page):
@@ -64,10 +64,10 @@ def test_bulk_pause_from_the_list_with_a_confirmation(live_server, page):
     boxes.nth(0).check()
     boxes.nth(1).check()
     page.get_by_role("button", name="Pause selected").click()
+    # The preview is the confirmation: a dialog with the count and one button naming it.
     expect(page.locator("#bulk-count")).to_have_text("2 workflows will be paused.")
-    screenshot(page, "bulk-preview")
-    page.locator("#bulk-confirm").get_by_role("button", name="Pause selected").click()
-    page.locator("#confirm-dialog").get_by_role("button", name="Pause selected").click()
+    screenshot(page, "bulk-preview", full_page=False)
+    page.locator("#bulk-dialog").get_by_role("button", name="Pause 2 workflows").click()
     expect(page.locator("#bulk-done")).to_contain_text("Pause selected: 2 done.")
     page.goto(f"{base}/audit")
     expect(page.locator("#audit tbody")).to_contain_text("Pause selected")
@@ -78,13 +78,14 @@ def test_keyboard_and_phone_sized_screen(live_server, browser):
 
     context = browser.new_context(viewport={"width": 375, "height": 800})
     page = context.new_page()
+    errors = watch(page)
     base = live_server.url
     login(page, base, "olga")
     page.goto(f"{base}/workflows?state=paused")
     # No horizontal scrolling of the page itself at 375 px (tables scroll in their wrapper).
     width = page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= 375 + 1, width
-    screenshot(page, "mobile-workflows")
+    screenshot(page, "mobile-workflows", full_page=False)
 
     # Keyboard: Tab reaches the skip link first, then the navigation, with a visible focus ring.
     page.keyboard.press("Tab")
@@ -96,5 +97,6 @@ def test_keyboard_and_phone_sized_screen(live_server, browser):
     expect(page.locator("#wf-title")).to_be_visible()
     width = page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= 375 + 1, width
-    screenshot(page, "mobile-workflow-detail")
+    screenshot(page, "mobile-workflow-detail", full_page=False)
     context.close()
+    assert not errors, f"browser console errors or 5xx answers: {errors}"

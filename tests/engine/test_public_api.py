@@ -108,3 +108,30 @@ def test_cli_roles_refuse_an_unset_database_url(tmp_path):
         assert done.returncode == 2, (role, done.stderr)
         assert "GENEVA_DATABASE_URL is not set" in done.stderr
     assert not (tmp_path / "var").exists()
+
+
+def test_a_host_module_passes_mypy_strict(tmp_path):
+    """@step(...), Workflow.create(session=db.session) and for_hero() keep a host's types."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sample = Path(__file__).parent / "typing_samples" / "host_module.py"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path),
+            str(sample),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -365,6 +365,19 @@ def test_the_host_app_runs_an_order_through_its_own_celery_and_dashboard(
     assert bob.get("/admin/workflows/")[0] == 403
     assert bob.get("/account")[0] == 200
 
+    # The dashboard leaves signing out to the shop (its own Log out is for its own login).
+    assert "Log out" not in alice.get("/admin/workflows/")[1]
+
+    # Beat's sweeps reach the shop's worker on the shop's own queue, not a queue nobody reads.
+    _eventually(
+        lambda: (
+            "geneva_drive.dispatch_due" in worker.output()
+            and "succeeded" in worker.output().split("geneva_drive.dispatch_due", 1)[1]
+        ),
+        "a dispatch_due sweep to run on the shop's worker",
+        timeout=30,
+    )
+
     stranger = _Browser(base, follow=False)
     status, _ = stranger.get("/admin/workflows/")
     assert status == 302 and stranger.last_location.startswith("/login?next=")

@@ -3,7 +3,7 @@
 Three classes, with every number the gauges report known in advance (relative to ``now``):
 
 MetricsAlpha: ready 3, paused 1, performing 1, finished 2 (total 7, paused_ratio 1/7)
-    scheduled executions: 10 min overdue, 30 s overdue, due in 1 h (not overdue), and one
+    scheduled executions: 10 min overdue, 2 min overdue, due in 1 h (not overdue), and one
     2 h overdue that belongs to the paused workflow (not counted: paused keeps its execution);
     one in_progress execution started 2 h ago (stuck; threshold 1 h);
     completed executions of the finished workflows (counted nowhere).
@@ -64,7 +64,7 @@ def seed(session: Session, now: datetime) -> None:
 
     minute, hour, day = timedelta(minutes=1), timedelta(hours=1), timedelta(days=1)
     execution(workflow("MetricsAlpha", "ready"), "scheduled", now - 10 * minute)
-    execution(workflow("MetricsAlpha", "ready"), "scheduled", now - timedelta(seconds=30))
+    execution(workflow("MetricsAlpha", "ready"), "scheduled", now - timedelta(minutes=2))
     execution(workflow("MetricsAlpha", "ready"), "scheduled", now + hour)
     execution(workflow("MetricsAlpha", "paused"), "scheduled", now - 2 * hour)
     execution(

@@ -12,7 +12,7 @@ from app import create_app, db
 
 @pytest.fixture
 def geneva_metadata():
-    return [db.metadata]
+    return db.metadata  # the shop's tables, created beside the engine's in each test database
 
 
 @pytest.fixture
