@@ -20,6 +20,7 @@ signed-in user from the host (Flask-Login's ``current_user`` with ``role_for``, 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,8 @@ from geneva_drive.errors import ConfigurationError
 if TYPE_CHECKING:
     from celery import Celery
     from flask_sqlalchemy import SQLAlchemy
+
+log = logging.getLogger(__name__)
 
 UserLoader = Callable[[Any], DashboardUser | None]
 RoleFor = Callable[[Any], str | None]
@@ -107,6 +110,20 @@ def adopt_engine(sa_engine: Any, flask_config: Mapping[str, Any]) -> None:
     engine_db.configure(engine=sa_engine)
 
 
+def _warn_without_autogenerate_filter(app: Flask) -> None:
+    """A host's Flask-Migrate without ``include_object`` would, at its next ``flask db
+    migrate``, propose dropping every engine table: say so at start, not in a bad revision."""
+    migrate = app.extensions.get("migrate")
+    if migrate is None or getattr(migrate, "configure_args", {}).get("include_object"):
+        return
+    log.warning(
+        "Flask-Migrate on %s has no include_object filter: `flask db migrate` will propose "
+        "dropping GenevaDrive's tables. Pass include_object="
+        "geneva_drive.migrations.exclude_engine_tables to Migrate(...)",
+        app.import_name,
+    )
+
+
 class GenevaDrive:
     """The Flask extension. ``GenevaDrive(app, db=db)`` or ``GenevaDrive().init_app(app, db=db)``."""
 
@@ -166,6 +183,7 @@ class GenevaDrive:
         app.url_map.converters["int"] = security.BoundedIntConverter
         with app.app_context():
             adopt_engine(db.engine, app.config)
+        _warn_without_autogenerate_filter(app)
         metrics.init_app(app)
         app.register_blueprint(blueprint.bp, url_prefix=prefix)
         target = celery or self.celery
