@@ -22,6 +22,7 @@ _DURATION_FIELDS = {
     "dispatch_horizon",
     "dispatch_resend_after",
     "housekeeping_interval",
+    "inline_successor_max_time",
 }
 _NULLABLE_FIELDS = {
     "delete_completed_workflows_after",
@@ -29,8 +30,13 @@ _NULLABLE_FIELDS = {
     "max_cursor_size",
     "max_signal_payload_size",
 }
-_INT_FIELDS = {"housekeeping_batch_size", "max_cursor_size", "max_signal_payload_size"}
-_BOOL_FIELDS = {"enqueue_after_commit", "synchronous_start_commit"}
+_INT_FIELDS = {
+    "housekeeping_batch_size",
+    "max_cursor_size",
+    "max_signal_payload_size",
+    "inline_successor_max_steps",
+}
+_BOOL_FIELDS = {"enqueue_after_commit", "synchronous_start_commit", "inline_successors"}
 STUCK_RECOVERY_ACTIONS = ("reattempt", "cancel")
 
 
@@ -84,6 +90,18 @@ class Settings:
     #: GENEVA_HOUSEKEEPING_INTERVAL — how often the dispatcher loop (and the Celery beat
     #: schedule) runs housekeeping: cleanup, stuck recovery and gauges.
     housekeeping_interval: timedelta = timedelta(minutes=5)
+    #: GENEVA_INLINE_SUCCESSORS — a worker that finishes a step whose successor is due now
+    #: and routed to a queue it consumes runs that successor itself (its own execution row,
+    #: claimed in its own transaction) instead of sending a message for it. False sends every
+    #: successor through the broker (or, embedded, through the poller).
+    inline_successors: bool = True
+    #: GENEVA_INLINE_SUCCESSOR_MAX_STEPS — steps one Celery task (one embedded work item) runs
+    #: at most, the delivered one included; the next successor is then sent, so one long
+    #: workflow never holds a worker process while other work waits in the queue.
+    inline_successor_max_steps: int = 50
+    #: GENEVA_INLINE_SUCCESSOR_MAX_TIME — wall time after which a task stops running successors
+    #: itself (checked at each step boundary; seconds).
+    inline_successor_max_time: timedelta = timedelta(milliseconds=200)
     _frozen: bool = field(default=False, repr=False)
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, persistence
+from geneva_drive import db, inline, persistence
 from geneva_drive.compiled import Compiled
 from geneva_drive.config import settings
 from geneva_drive.job_options import merge
@@ -180,6 +180,14 @@ def _insert_execution(
     now = utcnow()
     scheduled_for = now + wait if wait is not None else now
     message = plan_send(workflow, step_def, scheduled_for)
+    if message is not None and inline.take(
+        session, message, continuation="continues_from_id" in columns
+    ):
+        # This worker runs the execution itself once this transaction commits (engine/
+        # inline.py): inserted unsent, so the dispatcher sends it if the worker dies first.
+        held, message = message, None
+    else:
+        held = None
     if workflow.next_step_name != step_name:  # unchanged: no UPDATE of the workflow row
         workflow.next_step_name = step_name
     if not fresh:  # a workflow inserted in this very call has no executions to sweep
@@ -200,6 +208,8 @@ def _insert_execution(
     if message is not None:
         message.execution_id = execution.id
         queue_message(session, message)
+    elif held is not None:
+        inline.bind(session, execution)
     return execution
 
 
