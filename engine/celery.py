@@ -97,7 +97,11 @@ def perform_step(step_execution_id: int) -> None:
     """
     from geneva_drive import executor, inline
 
-    budget = inline.budget(consumes_queue) if _consumed_queues is not None else None
+    budget = (
+        inline.budget(consumes_queue, others_waiting=_messages_waiting)
+        if _consumed_queues is not None
+        else None
+    )
     for attempt in range(5):
         if executor.execute(step_execution_id, missing_ok=True, budget=budget):
             return
@@ -118,6 +122,20 @@ def consumes_queue(queue: str | None) -> bool:
     if _consumed_queues is None:
         return False
     return (queue or _worker_default_queue or default_queue()) in _consumed_queues
+
+
+def _messages_waiting() -> bool:
+    """Whether a message waits in one of this worker's queues (one broker round trip each).
+
+    ``queue_declare(passive=True)`` reports the ready messages on AMQP and, through kombu's
+    virtual transport, the list lengths on Redis (every priority level counted).
+    """
+    with app.pool.acquire(block=True) as connection:
+        channel = connection.default_channel
+        for name in sorted(_consumed_queues or ()):
+            if channel.queue_declare(queue=name, passive=True).message_count:
+                return True
+    return False
 
 
 def dispatch_due_task() -> int:

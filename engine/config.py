@@ -35,6 +35,7 @@ _INT_FIELDS = {
     "max_cursor_size",
     "max_signal_payload_size",
     "inline_successor_max_steps",
+    "inline_successor_yield_after",
 }
 _BOOL_FIELDS = {"enqueue_after_commit", "synchronous_start_commit", "inline_successors"}
 STUCK_RECOVERY_ACTIONS = ("reattempt", "cancel")
@@ -102,6 +103,11 @@ class Settings:
     #: GENEVA_INLINE_SUCCESSOR_MAX_TIME — wall time after which a task stops running successors
     #: itself (checked at each step boundary; seconds).
     inline_successor_max_time: timedelta = timedelta(milliseconds=200)
+    #: GENEVA_INLINE_SUCCESSOR_YIELD_AFTER — once a task ran this many steps (and every as many
+    #: again), it runs the next successor itself only if no other message waits in the queues
+    #: it consumes; otherwise the successor is sent to the back of its queue. This keeps a
+    #: fresh workflow from waiting behind whole chains (each queued message stays short).
+    inline_successor_yield_after: int = 3
     _frozen: bool = field(default=False, repr=False)
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -213,7 +213,10 @@ class EmbeddedWorker:
         # Immediately-due successors run in this thread, within the budget; a stop
         # (request_shutdown) ends the chain at the next step boundary.
         try:
-            executor.execute(execution_id, budget=inline.budget(on_claim=claimed))
+            executor.execute(
+                execution_id,
+                budget=inline.budget(on_claim=claimed, others_waiting=self._others_waiting),
+            )
         except Exception as error:
             current = chained[-1] if chained else execution_id  # the execution that raised
             if self._still_scheduled(current):
@@ -233,6 +236,10 @@ class EmbeddedWorker:
                 self.executed += len(chained)
         with self._lock:
             self.executed += 1
+
+    def _others_waiting(self) -> bool:
+        # Due executions the poller queued for this process's threads.
+        return not self._queue.empty()
 
     def _still_scheduled(self, execution_id: int) -> bool:
         try:

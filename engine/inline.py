@@ -22,6 +22,10 @@ The rules (docs/MANUAL.md, "How a step runs"):
   ``settings.inline_successor_max_time`` of wall time) bounds a chain; past it, or once a warm
   shutdown was requested, the successor's message is sent as without inline successors, so one
   long workflow never starves the queue and a shutdown stops at a step boundary.
+* Sharing: after ``settings.inline_successor_yield_after`` steps (and every as many again) the
+  worker asks whether other messages wait in the queues it consumes; if so the successor goes
+  to the back of its queue. Under a backlog every queued message then stands for at most that
+  many steps, so a new workflow does not wait behind whole chains.
 
 The executor arms a :class:`Claim` on its session around each phase it commits; the scheduler
 offers the claim each new execution's message (:func:`take`), and the executor settles the
@@ -68,9 +72,15 @@ class Budget:
     #: Called with a successor's execution id before the commit that makes it claimable (the
     #: embedded worker marks it in flight so its poller does not queue it a second time).
     on_claim: Callable[[int], None] | None = None
+    #: Whether other work waits for this worker (messages in the queues it consumes); asked
+    #: once ``yield_after`` steps ran, and every ``yield_after`` steps again. None: never.
+    others_waiting: Callable[[], bool] | None = None
+    yield_after: int = field(default_factory=lambda: settings.inline_successor_yield_after)
     started: float = field(default_factory=time.monotonic)
     #: Steps run under this budget so far (the delivered one included).
     steps: int = 0
+    _asked_at: int = field(default=-1, repr=False)
+    _answer: bool = field(default=False, repr=False)
 
     def allows_another(self) -> bool:
         from geneva_drive.executor import shutdown_requested
@@ -79,17 +89,38 @@ class Budget:
             self.steps < self.max_steps
             and time.monotonic() - self.started < self.max_seconds
             and not shutdown_requested()
+            and not self._should_yield()
         )
+
+    def _should_yield(self) -> bool:
+        """Share the worker: past ``yield_after`` steps, hand over when other work waits.
+
+        Without this a queued message stands for a whole chain, and a new workflow's first step
+        waits behind every chain queued before it (bench: "fresh workflow start delay").
+        """
+        if self.others_waiting is None or self.steps < self.yield_after:
+            return False
+        if self.steps % self.yield_after:
+            return False
+        if self._asked_at != self.steps:  # both phases of a step arm a claim: ask once
+            self._asked_at = self.steps
+            try:
+                self._answer = self.others_waiting()
+            except Exception:
+                # Asking the broker is an optimisation; if it fails, behave as if others wait.
+                self._answer = True
+        return self._answer
 
 
 def budget(
     accepts_queue: Callable[[str | None], bool] = _any_queue,
     on_claim: Callable[[int], None] | None = None,
+    others_waiting: Callable[[], bool] | None = None,
 ) -> Budget | None:
     """A budget from the settings, or None when ``settings.inline_successors`` is off."""
     if not settings.inline_successors:
         return None
-    return Budget(accepts_queue=accepts_queue, on_claim=on_claim)
+    return Budget(accepts_queue=accepts_queue, on_claim=on_claim, others_waiting=others_waiting)
 
 
 @dataclass

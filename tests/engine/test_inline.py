@@ -286,3 +286,42 @@ def test_the_settings_read_their_environment_variables():
     assert Settings().inline_successor_max_time == timedelta(milliseconds=200)
     with pytest.raises(ValueError, match="GENEVA_INLINE_SUCCESSOR_MAX_STEPS"):
         fresh.load_env({"GENEVA_INLINE_SUCCESSOR_MAX_STEPS": "0"})
+
+
+def test_past_yield_after_the_chain_hands_over_when_other_work_waits(
+    geneva_session, geneva_transport
+):
+    workflow, first_id = _start(geneva_session, InlineFiveWorkflow)
+    geneva_transport.clear()
+    asked: list[int] = []
+    budget = inline.Budget(yield_after=2)
+    budget.others_waiting = lambda: asked.append(budget.steps) or True
+    executor.execute(first_id, budget=budget)
+    assert InlineFiveWorkflow.ran == ["s1", "s2"]
+    assert asked == [2]  # asked once the shared steps were used up
+    third = executions(geneva_session, workflow)[2]
+    assert geneva_transport.execution_ids == [third.id]  # to the back of its queue
+
+
+def test_with_nothing_waiting_the_chain_goes_on_asking_every_yield_after_steps(
+    geneva_session, geneva_transport
+):
+    _start(geneva_session, InlineFiveWorkflow)
+    asked: list[int] = []
+    budget = inline.Budget(yield_after=2)
+    budget.others_waiting = lambda: asked.append(budget.steps) or False
+    first_id = geneva_transport.messages[-1].execution_id
+    executor.execute(first_id, budget=budget)
+    assert InlineFiveWorkflow.ran == ["s1", "s2", "s3", "s4", "s5"]
+    assert asked == [2, 4]
+
+
+def test_a_failing_broker_question_counts_as_others_waiting(geneva_session, geneva_transport):
+    _start(geneva_session, InlineFiveWorkflow)
+    first_id = geneva_transport.messages[-1].execution_id
+
+    def broken() -> bool:
+        raise ConnectionError("broker down")
+
+    executor.execute(first_id, budget=inline.Budget(yield_after=1, others_waiting=broken))
+    assert InlineFiveWorkflow.ran == ["s1"]
