@@ -73,7 +73,8 @@ class Budget:
     #: embedded worker marks it in flight so its poller does not queue it a second time).
     on_claim: Callable[[int], None] | None = None
     #: Whether other work waits for this worker (messages in the queues it consumes); asked
-    #: once ``yield_after`` steps ran, and every ``yield_after`` steps again. None: never.
+    #: when a successor could run here once ``yield_after`` steps ran, and every
+    #: ``yield_after`` steps again. None: never.
     others_waiting: Callable[[], bool] | None = None
     yield_after: int = field(default_factory=lambda: settings.inline_successor_yield_after)
     started: float = field(default_factory=time.monotonic)
@@ -89,10 +90,9 @@ class Budget:
             self.steps < self.max_steps
             and time.monotonic() - self.started < self.max_seconds
             and not shutdown_requested()
-            and not self._should_yield()
         )
 
-    def _should_yield(self) -> bool:
+    def should_yield(self) -> bool:
         """Share the worker: past ``yield_after`` steps, hand over when other work waits.
 
         Without this a queued message stands for a whole chain, and a new workflow's first step
@@ -157,6 +157,10 @@ def take(session: Session, message: Message, *, continuation: bool) -> bool:
     if continuation or message.countdown is not None:
         return False
     if not claim.budget.accepts_queue(message.queue):
+        return False
+    # Asked only now that there is a successor to run: a broker round trip, every
+    # ``yield_after`` steps, never for the last step of a workflow.
+    if claim.budget.should_yield():
         return False
     claim.message = message
     return True

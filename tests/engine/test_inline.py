@@ -277,8 +277,11 @@ def test_the_settings_read_their_environment_variables():
             "GENEVA_INLINE_SUCCESSORS": "false",
             "GENEVA_INLINE_SUCCESSOR_MAX_STEPS": "7",
             "GENEVA_INLINE_SUCCESSOR_MAX_TIME": "0.5",
+            "GENEVA_INLINE_SUCCESSOR_YIELD_AFTER": "4",
         }
     )
+    assert fresh.inline_successor_yield_after == 4
+    assert Settings().inline_successor_yield_after == 3
     assert fresh.inline_successors is False
     assert fresh.inline_successor_max_steps == 7
     assert fresh.inline_successor_max_time == timedelta(seconds=0.5)
