@@ -172,7 +172,9 @@ def render(meta: dict[str, Any]) -> str:
     w(f"Command: `{meta.get('command', '?')}` — {meta.get('started', '?')} to "
       f"{meta.get('finished', '?')}; {len(rounds)} rounds, {'quick' if meta.get('quick') else 'full'} "
       f"scenario sizes. Machine load (`uptime`) at the start: {meta.get('uptime_start', '?')}; at the "
-      f"end: {meta.get('uptime_end', '?')}.")  # fmt: skip
+      f"end: {meta.get('uptime_end', '?')}."
+      + "".join(f" Then `{a['command']}` from {a['started']} (`uptime`: {a['uptime_start']})."
+                for a in meta.get("appended", [])))  # fmt: skip
     w("")
     w("Each round runs our scenario and its peer back to back, in alternating order (odd rounds "
       "ours first, even rounds the peer first); a verdict is the median of the rounds' ratios, "
@@ -220,6 +222,58 @@ def render(meta: dict[str, Any]) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def readme_table(meta: dict[str, Any]) -> str:
+    """README's performance table from the paired rounds (medians; bench/run.py replaces it
+    with a full run's figures when one is made)."""
+    from report import README_END, README_START
+
+    rounds = [int(k) for k in meta.get("rounds", [])]
+    figures = [round_figures(k) for k in rounds]
+
+    def med(key: str) -> float | None:
+        values = [x[key] for x in figures if isinstance(x[key], int | float)]
+        return statistics.median(values) if values else None
+
+    rows = [
+        ("B3 throughput, 10-step workflows, PostgreSQL + Redis, Celery prefork -c 2",
+         f"{fmt(med('chains_on'), 0)} steps/s", f"{fmt(med('chains_off'), 0)} steps/s",
+         f"DBOS best mode {fmt(med('dbos_best'), 0)} steps/s"),
+        ("B3 hop p50 (end of a step → start of the next)", f"{fmt(med('hop_on'))} ms",
+         f"{fmt(med('hop_off'))} ms", f"raw Celery chain hop {fmt(med('celery_hop'))} ms"),
+        ("fresh workflow's first step while 50 ten-step workflows run, p50 / p99",
+         f"{fmt(med('fresh_on_p50'), 0)} / {fmt(med('fresh_on_p99'), 0)} ms",
+         f"{fmt(med('fresh_off_p50'), 0)} / {fmt(med('fresh_off_p99'), 0)} ms", "–"),
+        ("B1 engine cost per step, SQLite in-process", f"{fmt(med('b1_ms'))} ms", "–",
+         f"DBOS {fmt(med('dbos_sqlite_ms'))} ms"),
+    ]  # fmt: skip
+    lines = [
+        README_START,
+        f"Medians of {len(rounds)} paired rounds of `bench/paired.py` ({meta.get('started', '?')}; "
+        f"1-minute load {meta.get('uptime_start', '?').split('load average:')[-1].strip()} at the start) "
+        "on a 2-vCPU machine shared with other test runs, so absolute figures are several times "
+        "the unloaded ones; the ratios, their spread and the full-run tables are in "
+        "[bench/RESULTS.md](bench/RESULTS.md).",
+        "",
+        "| | GenevaDrive (inline successors on, the default) | inline successors off | peer, same rounds |",
+        "|---|---:|---:|---:|",
+        *[f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows],
+        README_END,
+    ]  # fmt: skip
+    return "\n".join(lines)
+
+
+def write_readme(meta: dict[str, Any]) -> None:
+    from report import README_END, README_START
+
+    path = ROOT / "README.md"
+    text = path.read_text()
+    if README_START not in text or README_END not in text:
+        return
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    path.write_text(head + readme_table(meta) + tail)
+
+
 def splice(section: str) -> None:
     """Replace (or add, after the title block) the paired section of bench/RESULTS.md."""
     path = BENCH / "RESULTS.md"
@@ -237,6 +291,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--render", action="store_true")
+    parser.add_argument("--readme", action="store_true", help="also write README's table")
+    parser.add_argument(
+        "--append", action="store_true", help="add the rounds to the last run's (numbered on)"
+    )
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     meta_path = OUT / "paired_meta.json"
@@ -244,15 +302,17 @@ def main() -> int:
         meta = json.loads(meta_path.read_text())
     else:
         uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-        meta = {
-            "command": ".venv/bin/python " + " ".join(["bench/paired.py", *sys.argv[1:]]),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-            "uptime_start": uptime,
-            "quick": args.quick,
-            "rounds": [],
-            "log": {},
-        }
-        for k in range(1, args.rounds + 1):
+        command = ".venv/bin/python " + " ".join(["bench/paired.py", *sys.argv[1:]])
+        started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        if args.append and meta_path.exists():
+            meta = json.loads(meta_path.read_text())
+            meta.setdefault("appended", []).append({"command": command, "started": started,
+                                                    "uptime_start": uptime})  # fmt: skip
+        else:
+            meta = {"command": command, "started": started, "uptime_start": uptime,
+                    "quick": args.quick, "rounds": [], "log": {}}  # fmt: skip
+        first = max(meta["rounds"], default=0) + 1
+        for k in range(first, first + args.rounds):
             run_round(k, args.quick, meta["log"])
             meta["rounds"].append(k)
             meta_path.write_text(json.dumps(meta, indent=2))
@@ -260,6 +320,8 @@ def main() -> int:
         meta["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
         meta_path.write_text(json.dumps(meta, indent=2))
     splice(render(meta))
+    if args.readme:
+        write_readme(meta)
     print(f"wrote {BENCH / 'RESULTS.md'}", file=sys.stderr)
     return 0
 
