@@ -39,7 +39,7 @@ from sqlalchemy import event, text
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from geneva_drive import Workflow, db, step
+from geneva_drive import Workflow, db, inline, step
 from geneva_drive.config import settings
 from geneva_drive.executor import execute
 from geneva_drive.models import Base
@@ -160,8 +160,11 @@ class EngineBench:
         steps = 0
         queue = self.inline.queue
         while queue:
-            execute(queue.popleft())
-            steps += 1
+            # As a worker runs a message: immediately-due successors inline (engine/inline.py)
+            # unless GENEVA_INLINE_SUCCESSORS is off; the budget counts the steps run.
+            budget = inline.budget()
+            execute(queue.popleft(), budget=budget)
+            steps += budget.steps if budget is not None else 1
         return steps
 
     def run(self, workflows: int, cap_s: float = 120.0) -> dict[str, Any]:

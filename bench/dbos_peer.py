@@ -24,6 +24,9 @@ ap = argparse.ArgumentParser()
 ap.add_argument("--backend", required=True, choices=["sqlite-wal", "postgres"])
 ap.add_argument("--n", type=int, default=500)
 ap.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
+ap.add_argument("--name", default=None, help="result name (default dbos_<backend>[-normal])")
+ap.add_argument("--db-name", default=os.environ.get("GENEVA_BENCH_DBOS_DB", "geneva_dbos_bench"),
+                help="PostgreSQL: the system database to create and drop")
 ap.add_argument("--sync-normal", action="store_true",
                 help="SQLite: synchronous=NORMAL on every connection (the engine's durability level)")
 args = ap.parse_args()
@@ -52,9 +55,9 @@ else:
     assert "127.0.0.1" in args.pg_url, "loopback only"
     admin = sa.create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(sa.text("DROP DATABASE IF EXISTS geneva_dbos_bench WITH (FORCE)"))
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{args.db_name}" WITH (FORCE)'))
     admin.dispose()
-    sys_url = args.pg_url.rsplit("/", 1)[0] + "/geneva_dbos_bench"
+    sys_url = args.pg_url.rsplit("/", 1)[0] + "/" + args.db_name
 
 from dbos import DBOS  # noqa: E402
 
@@ -189,6 +192,6 @@ DBOS.destroy()
 if args.backend == "postgres":
     admin = sa.create_engine(args.pg_url, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(sa.text("DROP DATABASE IF EXISTS geneva_dbos_bench WITH (FORCE)"))
+        conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{args.db_name}" WITH (FORCE)'))
     admin.dispose()
-write_result(f"dbos_{args.backend}" + ("-normal" if args.sync_normal else ""), res)
+write_result(args.name or f"dbos_{args.backend}" + ("-normal" if args.sync_normal else ""), res)

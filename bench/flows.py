@@ -49,6 +49,30 @@ class HopFlow(Workflow):
         record(self, 2, time.time())
 
 
+class ChainFlow(Workflow):
+    """Ten no-op steps (B3's throughput, and the long chains of the fresh-start scenario)."""
+
+    may_proceed_without_hero = True
+
+
+for _index in range(10):
+
+    def _body(self: Workflow, index: int = _index) -> None:
+        record(self, index, time.time())
+
+    ChainFlow.add_step(f"c{_index}", _body)
+
+
+class FreshFlow(Workflow):
+    """One no-op step: the newly created workflow whose start delay is measured."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def only(self) -> None:
+        record(self, 0, time.time())
+
+
 class SignalFlow(Workflow):
     """B5: a no-op step, then a step parked until the ``go`` signal arrives."""
 
@@ -70,6 +94,17 @@ class DelayedFlow(Workflow):
 
     @step(wait=timedelta(days=7))
     def later(self) -> None:
+        record(self, 0, time.time())
+
+
+class WaitUntilFlow(Workflow):
+    """B6: one plain step held by a per-workflow ``wait_until`` job option (1 min to 7 days
+    ahead): held to the dispatch horizon like ``scheduled_for``, never a long countdown."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def held(self) -> None:
         record(self, 0, time.time())
 
 

@@ -7,7 +7,9 @@
 
 Uses PostgreSQL (postgresql+psycopg://postgres@127.0.0.1:5432/test; schemas geneva_bench*,
 dropped afterwards; B8/B9 share the kept ``bench_metrics`` schema seeded by
-bench/bench_metrics.py) and Redis 127.0.0.1:6379 database 14. DBOS runs in its own venv
+bench/bench_metrics.py) and Redis 127.0.0.1:6379 database 14 (GENEVA_BENCH_REDIS_URL; GENEVA_BENCH_SCHEMA
+and GENEVA_BENCH_DBOS_DB rename the engine's schema and DBOS's database when another run shares
+the services). DBOS runs in its own venv
 (bench/.venv-peers, created here with ``pip install dbos``) to keep its dependencies out of
 the project's. Each scenario is a subprocess with a time limit; a failing one is recorded
 and the run goes on. Peers run in the same run, between our scenarios, so ratios compare
@@ -70,7 +72,11 @@ def steps(quick: bool) -> list[tuple[str, list[str], int]]:
         ("dbos-pg", [*peers, "bench/dbos_peer.py", "--backend", "postgres",
                      "--n", "100" if quick else "150"], 900),
         ("engine-pg", [*py, "bench/engine_celery.py", "--backend", "postgres",
-                       "--scenarios", "hops,signals", *q], 1800),
+                       "--scenarios", "hops,signals,chains,fresh", *q], 1800),
+        # B3 again with every successor published (issue 20: inline successors off).
+        ("engine-pg-noinline", [*py, "bench/engine_celery.py", "--backend", "postgres",
+                                "--scenarios", "hops,chains,fresh", "--inline", "off",
+                                "--name", "engine_celery_postgres_noinline", *q], 1800),
         ("engine-pg-trace", [*py, "bench/engine_celery.py", "--backend", "postgres", "--scenarios", "trace",
                              "--name", "engine_celery_postgres_trace", *q], 600),
         # B3 again with the gem's fully synchronous commits (GENEVA_SYNCHRONOUS_START_COMMIT).
@@ -153,9 +159,10 @@ def main() -> int:
             if metrics.exists():
                 (OUT / "b9_bench_metrics.json").write_text(metrics.read_text())
         (OUT / "run_meta.json").write_text(json.dumps(meta, indent=2, default=str))
-    from report import render
+    from report import render, write_readme_table
 
     (BENCH / "RESULTS.md").write_text(render())
+    write_readme_table()
     print(f"wrote {BENCH / 'RESULTS.md'}", file=sys.stderr)
     return 0
 

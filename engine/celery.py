@@ -33,7 +33,7 @@ from typing import Any
 from celery import Celery, Task
 from celery.signals import task_prerun, worker_init, worker_process_init, worker_shutting_down
 
-from geneva_drive import db, executor, prometheus
+from geneva_drive import db, executor, inline, prometheus
 from geneva_drive.bootstrap import import_workflow_modules
 from geneva_drive.celery_client import (
     DEFAULT_BROKER_URL,
@@ -105,12 +105,45 @@ def perform_step(step_execution_id: int) -> None:
     between the sender's commit and this read, as the gem rides out) is retried 5 times,
     0.1 s apart, without a separate lookup session per message.
     """
+    budget = (
+        inline.budget(consumes_queue, others_waiting=_messages_waiting)
+        if _consumed_queues is not None
+        else None
+    )
     for attempt in range(5):
-        if executor.execute(step_execution_id, missing_ok=True):
+        if executor.execute(step_execution_id, missing_ok=True, budget=budget):
             return
         if attempt < 4:
             time.sleep(0.1)
     log.warning("step execution %s not found; nothing to run", step_execution_id)
+
+
+#: The queues this worker process consumes (``-Q``), recorded at worker start; None outside a
+#: worker (perform_step called directly), where successors are always sent.
+_consumed_queues: frozenset[str] | None = None
+#: Where this worker's own sends of a step without a ``queue`` option go.
+_worker_default_queue: str | None = None
+
+
+def consumes_queue(queue: str | None) -> bool:
+    """Whether a step routed to ``queue`` (None: the default queue) would reach this worker."""
+    if _consumed_queues is None:
+        return False
+    return (queue or _worker_default_queue or default_queue()) in _consumed_queues
+
+
+def _messages_waiting() -> bool:
+    """Whether a message waits in one of this worker's queues (one broker round trip each).
+
+    ``queue_declare(passive=True)`` reports the ready messages on AMQP and, through kombu's
+    virtual transport, the list lengths on Redis (every priority level counted).
+    """
+    with app.pool.acquire(block=True) as connection:
+        channel = connection.default_channel
+        for name in sorted(_consumed_queues or ()):
+            if channel.queue_declare(queue=name, passive=True).message_count:
+                return True
+    return False
 
 
 def dispatch_due_task() -> int:
@@ -126,9 +159,16 @@ def housekeeping_task() -> dict[str, int]:
 # --- worker process hooks ---------------------------------------------------------------------
 
 
-def _on_worker_init(**_: Any) -> None:
+def _on_worker_init(sender: Any = None, **_: Any) -> None:
     # The main worker process: the solo and threads pools run steps here, and prefork children
     # inherit the imported workflow classes.
+    global _consumed_queues, _worker_default_queue
+    # Sent after the worker selected its queues (-Q) and before the pool forks: the children
+    # inherit the set. Only a successor routed to one of these may run in this worker.
+    worker_app = getattr(sender, "app", None)
+    if worker_app is not None:
+        _consumed_queues = frozenset(str(name) for name in worker_app.amqp.queues.consume_from)
+        _worker_default_queue = str(worker_app.conf.task_default_queue)
     try:
         import_workflow_modules()
         if db._engine is None:

@@ -23,6 +23,7 @@ _DURATION_FIELDS = {
     "dispatch_resend_after",
     "housekeeping_interval",
     "overdue_grace",
+    "inline_successor_max_time",
 }
 _NULLABLE_FIELDS = {
     "delete_completed_workflows_after",
@@ -30,8 +31,14 @@ _NULLABLE_FIELDS = {
     "max_cursor_size",
     "max_signal_payload_size",
 }
-_INT_FIELDS = {"housekeeping_batch_size", "max_cursor_size", "max_signal_payload_size"}
-_BOOL_FIELDS = {"enqueue_after_commit", "synchronous_start_commit"}
+_INT_FIELDS = {
+    "housekeeping_batch_size",
+    "max_cursor_size",
+    "max_signal_payload_size",
+    "inline_successor_max_steps",
+    "inline_successor_yield_after",
+}
+_BOOL_FIELDS = {"enqueue_after_commit", "synchronous_start_commit", "inline_successors"}
 STUCK_RECOVERY_ACTIONS = ("reattempt", "cancel")
 
 
@@ -89,6 +96,23 @@ class Settings:
     #: ``dispatch_interval`` plus this margin: until then a worker may simply not have picked
     #: it up yet, and calling it overdue the moment it is due paints every fresh row red.
     overdue_grace: timedelta = timedelta(seconds=30)
+    #: GENEVA_INLINE_SUCCESSORS — a worker that finishes a step whose successor is due now
+    #: and routed to a queue it consumes runs that successor itself (its own execution row,
+    #: claimed in its own transaction) instead of sending a message for it. False sends every
+    #: successor through the broker (or, embedded, through the poller).
+    inline_successors: bool = True
+    #: GENEVA_INLINE_SUCCESSOR_MAX_STEPS — steps one Celery task (one embedded work item) runs
+    #: at most, the delivered one included; the next successor is then sent, so one long
+    #: workflow never holds a worker process while other work waits in the queue.
+    inline_successor_max_steps: int = 50
+    #: GENEVA_INLINE_SUCCESSOR_MAX_TIME — wall time after which a task stops running successors
+    #: itself (checked at each step boundary; seconds).
+    inline_successor_max_time: timedelta = timedelta(milliseconds=200)
+    #: GENEVA_INLINE_SUCCESSOR_YIELD_AFTER — once a task ran this many steps (and every as many
+    #: again), it runs the next successor itself only if no other message waits in the queues
+    #: it consumes; otherwise the successor is sent to the back of its queue. This keeps a
+    #: fresh workflow from waiting behind whole chains (each queued message stays short).
+    inline_successor_yield_after: int = 3
     _frozen: bool = field(default=False, repr=False)
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -127,8 +127,11 @@ def _claim(session: Session, workflow: Workflow, execution: StepExecution, now: 
             },
         )
     # Stamp with the sweep's own clock: a row is then never picked twice in one sweep, even when
-    # ``now`` was passed in (tests, catch-up runs) and differs from the wall clock.
-    execution.sent_at = now
+    # ``now`` was passed in (tests, catch-up runs) and differs from the wall clock. A row a job
+    # option holds beyond the horizon (wait_until ahead) moved its scheduled_for instead and
+    # stays unsent, to be found when that time comes.
+    if execution.scheduled_for <= now:
+        execution.sent_at = now
 
 
 def run_dispatcher(

@@ -29,7 +29,7 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from geneva_drive import db, executor
+from geneva_drive import db, executor, inline
 from geneva_drive.instrumentation import report_error
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.states import StepState, WorkflowState
@@ -200,21 +200,46 @@ class EmbeddedWorker:
                 self.wake.set()
 
     def _run(self, execution_id: int) -> None:
+        #: Successors this thread claimed to run next (engine/inline.py), in order.
+        chained: list[int] = []
+
+        def claimed(successor_id: int) -> None:
+            # Before the commit that makes the successor due: the poller must not queue it for
+            # another thread while this one runs it next.
+            with self._lock:
+                self._in_flight.add(successor_id)
+            chained.append(successor_id)
+
+        # Immediately-due successors run in this thread, within the budget; a stop
+        # (request_shutdown) ends the chain at the next step boundary.
         try:
-            executor.execute(execution_id)
+            executor.execute(
+                execution_id,
+                budget=inline.budget(on_claim=claimed, others_waiting=self._others_waiting),
+            )
         except Exception as error:
-            if self._still_scheduled(execution_id):
+            current = chained[-1] if chained else execution_id  # the execution that raised
+            if self._still_scheduled(current):
                 # Not the step's own error (that is recorded and reported by the executor):
                 # the execution did not start. Back off so it cannot spin.
-                self._back_off(execution_id, error)
+                self._back_off(current, error)
                 return
             # The step raised; the executor has committed the outcome and reported it.
-            log.debug("execution %s raised %s (recorded)", execution_id, type(error).__name__)
+            log.debug("execution %s raised %s (recorded)", current, type(error).__name__)
         else:
             with self._lock:
                 self._retry_at.pop(execution_id, None)
+        finally:
+            with self._lock:
+                for successor_id in chained:
+                    self._in_flight.discard(successor_id)
+                self.executed += len(chained)
         with self._lock:
             self.executed += 1
+
+    def _others_waiting(self) -> bool:
+        # Due executions the poller queued for this process's threads.
+        return not self._queue.empty()
 
     def _still_scheduled(self, execution_id: int) -> bool:
         try:

@@ -15,7 +15,6 @@ only after the transaction that records it has committed, so nothing is lost or 
 from __future__ import annotations
 
 import logging
-import threading
 import time
 import traceback
 from dataclasses import dataclass
@@ -26,15 +25,21 @@ from sqlalchemy import Table, bindparam, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, persistence, scheduling, signals
+from geneva_drive import db, inline, persistence, scheduling, signals
 from geneva_drive.compiled import Compiled
 from geneva_drive.config import settings
 from geneva_drive.errors import StepConfigurationError, StepNotDefinedError
 from geneva_drive.flow_control import FlowAction, FlowInterrupt, Interrupt
-from geneva_drive.instrumentation import ContextAdapter, instrument, report_error
+from geneva_drive.instrumentation import (
+    ContextAdapter,
+    inline_successor,
+    instrument,
+    report_error,
+)
 from geneva_drive.iteration import IterableStep
 from geneva_drive.models import Signal, StepExecution
 from geneva_drive.policies import PolicyResult, resolution_stack
+from geneva_drive.shutdown import clear_shutdown, request_shutdown, shutdown_requested
 from geneva_drive.states import (
     Outcome,
     StepState,
@@ -60,23 +65,8 @@ from geneva_drive.workflow import Workflow, executing
 
 log = logging.getLogger("geneva_drive.executor")
 
+
 # Set by the worker when it is shutting down: resumable steps stop at their next checkpoint.
-_shutdown = threading.Event()
-
-
-def request_shutdown() -> None:
-    """Ask running resumable steps to stop at their next checkpoint (warm shutdown)."""
-    _shutdown.set()
-
-
-def clear_shutdown() -> None:
-    _shutdown.clear()
-
-
-def shutdown_requested() -> bool:
-    return _shutdown.is_set()
-
-
 @dataclass
 class Completed:
     pass
@@ -102,6 +92,7 @@ def execute(
     interruptible: bool = True,
     max_iterations: int | None = None,
     missing_ok: bool = False,
+    budget: inline.Budget | None = None,
 ) -> bool:
     """Run one step execution. Entry point of workers and test helpers.
 
@@ -112,13 +103,47 @@ def execute(
 
     Returns False, having done nothing, when the execution does not exist (logged as a warning,
     or only at debug level with ``missing_ok``: the Celery task retries then warns itself).
+
+    ``budget`` (workers): run immediately-due successors here instead of sending them, within
+    the budget (engine/inline.py). Each successor runs as its own execution, in a session of
+    its own, exactly as if its message had been delivered to this worker.
     """
+    first = _execute_one(
+        step_execution_id, session, interruptible, max_iterations, missing_ok, budget
+    )
+    ran = first
+    while ran is not None and ran.successor_id is not None:
+        if inline_successor.receivers:
+            inline_successor.send(
+                "engine",
+                execution_id=ran.successor_id,
+                predecessor_id=ran.execution_id,
+                workflow_id=ran.workflow_id,
+                steps=budget.steps if budget is not None else 0,
+            )
+        ran = _execute_one(ran.successor_id, session, interruptible, max_iterations, False, budget)
+    return first is not None
+
+
+def _execute_one(
+    step_execution_id: int,
+    session: Session | None,
+    interruptible: bool,
+    max_iterations: int | None,
+    missing_ok: bool,
+    budget: inline.Budget | None,
+) -> Executor | None:
+    """One execution (None: it does not exist); ``successor_id`` names the inline successor
+    this worker runs next."""
     own = session is None
     active = session if session is not None else db.new_session()
     try:
         executor = Executor(active, step_execution_id, interruptible, max_iterations)
         executor.missing_ok = missing_ok
-        return executor.run()
+        executor.budget = budget
+        if budget is not None:
+            budget.steps += 1
+        return executor if executor.run() else None
     finally:
         if own:
             active.close()
@@ -221,6 +246,14 @@ class Executor:
         self.current: str | None = None
         #: A missing execution is logged at debug level only (the caller retries and warns).
         self.missing_ok = False
+        #: Workers: the inline-successor budget (engine/inline.py); None sends every successor.
+        self.budget: inline.Budget | None = None
+        #: The successor execution this worker runs next (claimed at the last commit).
+        self.successor_id: int | None = None
+        #: The workflow object of the phase running now (finalize may load a new one).
+        self.workflow: Workflow | None = None
+        #: Its id, kept as a plain value (the object expires at commit).
+        self.workflow_id: int | None = None
 
     # --- locking -----------------------------------------------------------------------
 
@@ -249,6 +282,7 @@ class Executor:
         execution = persistence.load(
             session, StepExecution, dict(zip(_EXECUTION_NAMES, row[_SPLIT:], strict=True))
         )
+        self.workflow = workflow
         return workflow, execution
 
     def _lock_reconnecting(self) -> tuple[Workflow, StepExecution] | None:
@@ -271,6 +305,20 @@ class Executor:
             session.rollback()
             self.log.warning("database connection lost (%s); starting the phase again", error.orig)
             return self._lock()
+
+    def _settle_inline(self, *, runs_next: bool) -> None:
+        """Before a phase's commit: keep the successor this phase claimed to run it next, or
+        queue its message as usual (a step that raised ends the chain: its error is raised
+        once the outcome is committed)."""
+        workflow = self.workflow
+        self.successor_id = (
+            inline.settle(self.session, workflow, runs_next=runs_next and self.error is None)
+            if workflow is not None
+            else None
+        )
+        if self.successor_id is not None:
+            self.workflow_id = workflow.id if workflow is not None else None
+            self.log.debug("running successor execution %s in this worker", self.successor_id)
 
     def _commit(self, *, asynchronous: bool = False) -> None:
         # PostgreSQL: the phase's UPDATEs (and, for the start, the asynchronous-commit setting)
@@ -305,8 +353,10 @@ class Executor:
     def run(self) -> bool:
         """Run the three phases; False when the execution does not exist (nothing done)."""
         try:
+            inline.arm(self.session, self.budget)
             locked = self._lock_reconnecting()
             if locked is None:
+                inline.disarm(self.session)
                 self.session.rollback()
                 if self.missing_ok:
                     self.log.debug("step execution not found")
@@ -326,6 +376,8 @@ class Executor:
                 },
             )
             prepared = self.prepare(workflow, execution)
+            # A step that did not start here (skipped, say) may have scheduled its successor.
+            self._settle_inline(runs_next=prepared is None)
             # The start transition need not wait for its own WAL flush (PostgreSQL: one fsync,
             # 0.5-4 ms on the benchmark machine, a large part of a hop). Lost only if the
             # database server itself crashes before the next flush, it reverts the execution
@@ -337,6 +389,7 @@ class Executor:
                 and not db.is_sqlite(self.session)
             )
         except BaseException:
+            inline.disarm(self.session)
             self.session.rollback()
             raise
         if self.error is not None:
@@ -353,9 +406,12 @@ class Executor:
             self.session.rollback()
 
         try:
+            inline.arm(self.session, self.budget)
             self.finalize(workflow, execution, step_def, result)
+            self._settle_inline(runs_next=True)
             self._commit()
         except BaseException:
+            inline.disarm(self.session)
             self.session.rollback()
             raise
         if self.error is not None:

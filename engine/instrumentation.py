@@ -33,6 +33,10 @@ step_finalized = _signals.signal("finalize.geneva_drive")
 signal_delivered = _signals.signal("signal.geneva_drive")
 operator_action = _signals.signal("operator_action.geneva_drive")
 housekeeping_performed = _signals.signal("housekeeping.geneva_drive")
+#: Sent when a worker is about to run a successor itself (engine/inline.py), after the
+#: predecessor's outcome committed and before the successor is claimed: ``execution_id`` (the
+#: successor), ``predecessor_id``, ``workflow_id``, ``steps`` (run under this budget so far).
+inline_successor = _signals.signal("inline_successor.geneva_drive")
 
 EVENTS = {
     "precondition": precondition_evaluated,

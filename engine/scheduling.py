@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, object_session
 
-from geneva_drive import db, persistence, transitions
+from geneva_drive import db, inline, persistence, transitions
 from geneva_drive.compiled import Compiled
 from geneva_drive.config import settings
 from geneva_drive.errors import StepNotDefinedError
@@ -108,32 +108,63 @@ def plan_send(
 
     Executions due within the dispatch horizon get a message (with a countdown); later ones
     get none and keep ``sent_at`` NULL until the dispatcher finds them due. ``force`` sends
-    regardless of the horizon (the dispatcher and ``resume()`` use it for due work).
-    Configured ``wait``/``wait_until`` job options delay the message without changing
-    ``scheduled_for``, as in the gem.
+    regardless of ``scheduled_for`` (the dispatcher and ``resume()`` use it for due work).
+    Configured ``wait``/``wait_until`` job options within the horizon delay the message
+    without changing ``scheduled_for``, as in the gem; beyond it, see :func:`plan`.
+    """
+    return plan(workflow, step_def, scheduled_for, force=force)[0]
+
+
+def plan(
+    workflow: Workflow,
+    step_def: StepDefinition | None,
+    scheduled_for: datetime,
+    *,
+    force: bool = False,
+) -> tuple[Message | None, datetime]:
+    """:func:`plan_send`, and the time the row must be due at when no message is sent.
+
+    No message ever carries a countdown beyond the dispatch horizon: a worker would hold it in
+    memory and Redis would redeliver it past its visibility timeout (SPEC §1.2). A ``wait`` or
+    ``wait_until`` job option that lies beyond the horizon is therefore held like a far
+    ``scheduled_for``: the second value is that later time, which the caller writes into
+    ``scheduled_for``, so the dispatcher sends the row when it is near. On a forced send a
+    ``wait`` longer than the horizon is not applied again: the row's ``scheduled_for`` already
+    holds it (re-applying a relative wait at each send would postpone the step forever).
     """
     now = utcnow()
+    horizon = settings.dispatch_horizon.total_seconds()
     options = job_options_for(workflow, step_def)
-    due_at = scheduled_for
+    # When the job options say the step may run (None: they do not delay it).
+    option_due: datetime | None = None
     wait_until = options.get("wait_until")
     if wait_until is not None:
         if not isinstance(wait_until, datetime):
             wait_until = datetime.fromtimestamp(float(wait_until), UTC)
-        due_at = max(due_at, wait_until)
+        option_due = wait_until
     wait = options.get("wait")
     if wait is not None:
         extra = wait if isinstance(wait, timedelta) else timedelta(seconds=float(wait))
-        due_at = max(due_at, now + extra)
+        if not (force and extra.total_seconds() > horizon):
+            option_due = max(option_due, now + extra) if option_due else now + extra
+    due_at = max(scheduled_for, option_due) if option_due is not None else scheduled_for
     delay = (due_at - now).total_seconds()
-    if not force and delay > settings.dispatch_horizon.total_seconds():
-        return None
-    return Message(
-        execution_id=0,
-        job_id=new_job_id(),
-        queue=options.get("queue"),
-        priority=options.get("priority"),
-        countdown=delay if delay > 0 else None,
-        options=options,
+    if delay > horizon:
+        # Forced sends are for rows the caller found due (the dispatcher, a woken signal
+        # waiter): only a job option can hold those back.
+        option_holds = option_due is not None and (option_due - now).total_seconds() > horizon
+        if not force or option_holds:
+            return None, due_at
+    return (
+        Message(
+            execution_id=0,
+            job_id=new_job_id(),
+            queue=options.get("queue"),
+            priority=options.get("priority"),
+            countdown=delay if delay > 0 else None,
+            options=options,
+        ),
+        scheduled_for,
     )
 
 
@@ -145,9 +176,16 @@ def enqueue_execution(
     *,
     force: bool = False,
 ) -> Message | None:
-    """Queue an existing execution's message for after commit (resume, dispatcher, wake)."""
-    message = plan_send(workflow, step_def, execution.scheduled_for, force=force)
+    """Queue an existing execution's message for after commit (resume, dispatcher, wake).
+
+    A job option that holds the step beyond the dispatch horizon (:func:`plan`) sends nothing:
+    the row's ``scheduled_for`` moves to that time and it stays unsent for the dispatcher.
+    """
+    message, due_at = plan(workflow, step_def, execution.scheduled_for, force=force)
     if message is None:
+        if due_at > execution.scheduled_for:
+            execution.scheduled_for = due_at
+            execution.sent_at = None
         return None
     message.execution_id = execution.id
     execution.job_id = message.job_id
@@ -168,7 +206,17 @@ def _insert_execution(
 ) -> StepExecution:
     now = utcnow()
     scheduled_for = now + wait if wait is not None else now
-    message = plan_send(workflow, step_def, scheduled_for)
+    message, held_until = plan(workflow, step_def, scheduled_for)
+    # A job option beyond the horizon: the row carries the time, not a message (see plan()).
+    scheduled_for = max(scheduled_for, held_until)
+    if message is not None and inline.take(
+        session, message, continuation="continues_from_id" in columns
+    ):
+        # This worker runs the execution itself once this transaction commits (engine/
+        # inline.py): inserted unsent, so the dispatcher sends it if the worker dies first.
+        held, message = message, None
+    else:
+        held = None
     transitions.point_at(workflow, step_name)
     if not fresh:  # a workflow inserted in this very call has no executions to sweep
         # The changes so far are written right after (before the INSERT): together with it.
@@ -187,6 +235,8 @@ def _insert_execution(
     if message is not None:
         message.execution_id = execution.id
         queue_message(session, message)
+    elif held is not None:
+        inline.bind(session, execution)
     return execution
 
 

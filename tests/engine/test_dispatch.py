@@ -7,12 +7,13 @@ import threading
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from geneva_drive import Workflow, settings, step
 from geneva_drive.dispatch import dispatch_due, run_dispatcher
 from geneva_drive.models import StepExecution, utcnow
 from tests.conftest import Order
+from tests.engine.helpers import assert_close, executions, make_order
 
 
 class DispatchLaterWorkflow(Workflow):
@@ -200,3 +201,76 @@ def test_dispatched_message_carries_the_merged_job_options(geneva_session, genev
     assert dispatch_due() == 1
     (message,) = geneva_transport.messages
     assert (message.queue, message.priority) == ("payments", 9)
+
+
+# --- a wait_until job option beyond the horizon (issue 20) -----------------------------------
+
+
+class DispatchWaitUntilWorkflow(Workflow):
+    @step
+    def held(self):
+        pass
+
+
+def _held_workflow(session, ahead: timedelta):
+    workflow = DispatchWaitUntilWorkflow.create(
+        hero=make_order(session), step_job_options={"wait_until": utcnow() + ahead}
+    )
+    session.commit()
+    return workflow
+
+
+def test_a_wait_until_beyond_the_horizon_is_held_like_scheduled_for(
+    geneva_session, geneva_transport
+):
+    workflow = _held_workflow(geneva_session, timedelta(days=7))
+    [execution] = executions(geneva_session, workflow)
+    # No message at commit: the row itself carries the time, as for a far scheduled_for.
+    assert geneva_transport.messages == []
+    assert execution.sent_at is None
+    assert_close(execution.scheduled_for, utcnow() + timedelta(days=7))
+    assert dispatch_due() == 0
+    assert dispatch_due(utcnow() + timedelta(days=6)) == 0
+    assert geneva_transport.messages == []
+
+
+def test_the_dispatcher_never_sends_a_long_countdown_for_a_wait_until_ahead(
+    geneva_session, geneva_transport
+):
+    """A row that is due by its scheduled_for while its wait_until job option still lies days
+    ahead (an option set after the row was made, or rows written by an older version): the
+    dispatcher used to send it with a days-long countdown, which the worker holds in memory
+    and Redis redelivers past its visibility timeout. It is held to the horizon instead."""
+    workflow = _held_workflow(geneva_session, timedelta(days=7))
+    [execution] = executions(geneva_session, workflow)
+    geneva_session.execute(
+        update(StepExecution)
+        .where(StepExecution.id == execution.id)
+        .values(scheduled_for=utcnow() - timedelta(minutes=1))
+    )
+    geneva_session.commit()
+    assert dispatch_due() == 1  # looked at once...
+    assert geneva_transport.messages == []  # ...and nothing sent
+    [execution] = executions(geneva_session, workflow)
+    assert execution.sent_at is None
+    assert_close(execution.scheduled_for, utcnow() + timedelta(days=7))
+    assert dispatch_due() == 0  # not due again until then
+
+
+def test_a_wait_until_that_comes_within_the_horizon_is_sent_with_a_short_countdown(
+    geneva_session, geneva_transport
+):
+    workflow = _held_workflow(geneva_session, timedelta(seconds=90))
+    assert geneva_transport.messages == []
+    # Time passes (the option and the row travel together, as in B6's time travel).
+    soon = utcnow() + timedelta(seconds=20)
+    workflow.step_job_options = {"wait_until": soon}
+    geneva_session.execute(
+        update(StepExecution)
+        .where(StepExecution.workflow_id == workflow.id)
+        .values(scheduled_for=soon - timedelta(seconds=40))
+    )
+    geneva_session.commit()
+    assert dispatch_due() == 1
+    [message] = geneva_transport.messages
+    assert 15 <= message.countdown <= 20

@@ -148,3 +148,35 @@ class ItSignalWorkflow(Workflow):
     @step
     def after(self) -> None:
         record(self, "after")
+
+
+class ItInlineWorkflow(Workflow):
+    """Three immediately-due steps: the worker that finishes one runs the next itself."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def one(self) -> None:
+        record(self, "one")
+
+    @step
+    def two(self) -> None:
+        record(self, "two")
+
+    @step
+    def three(self) -> None:
+        record(self, "three")
+
+
+class ItElsewhereWorkflow(Workflow):
+    """The second step is routed to a queue no worker of the test consumes."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def here(self) -> None:
+        record(self, "here")
+
+    @step(job_options={"queue": "gd-it-nobody-consumes-this"})
+    def elsewhere(self) -> None:
+        record(self, "elsewhere")

@@ -13,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from geneva_drive import housekeeping, settings
+from geneva_drive import db, housekeeping, settings
 from geneva_drive.celery import CeleryTransport, make_celery
+from geneva_drive.models import StepExecution
 from geneva_drive.transport import Message, new_job_id
+from geneva_drive.workflow import Workflow
 from tests.integration.conftest import (
     AMQP_URL,
     BIN,
@@ -31,6 +33,8 @@ from tests.integration.conftest import (
 )
 from tests.integration.flows import (
     ItDelayedWorkflow,
+    ItElsewhereWorkflow,
+    ItInlineWorkflow,
     ItOnceWorkflow,
     ItSlowWorkflow,
     ItWaitsWorkflow,
@@ -228,3 +232,45 @@ def test_worker_killed_mid_step_is_recovered_by_housekeeping(
         ("slow", "end"),
         ("after", "ran"),
     ]
+
+
+def _pids(log: Path, workflow_id: int) -> set[str]:
+    """The worker processes that ran the workflow's step bodies (the log's last field)."""
+    fields = [line.split(" ") for line in log.read_text().splitlines()]
+    return {f[-1] for f in fields if f[0] == str(workflow_id)}
+
+
+def test_immediately_due_successors_run_in_the_worker_that_finished_the_step(
+    worker: Worker, use_transport
+) -> None:
+    use_transport(worker.transport)
+    workflow_id = create_workflow(ItInlineWorkflow)
+    wait_for_state(workflow_id, "finished")
+    assert recorded(worker.log, workflow_id) == [("one", "ran"), ("two", "ran"), ("three", "ran")]
+    one, two, three = executions(workflow_id)
+    assert one.sent_at is not None  # the first step's message came from the test
+    for successor in (two, three):
+        # Run inline: claimed by the worker, never published.
+        assert (successor.state, successor.sent_at, successor.job_id) == ("completed", None, None)
+    assert len(_pids(worker.log, workflow_id)) == 1
+
+
+def test_a_successor_routed_to_a_queue_this_worker_does_not_consume_is_published(
+    worker: Worker, use_transport
+) -> None:
+    use_transport(worker.transport)
+    workflow_id = create_workflow(ItElsewhereWorkflow)
+
+    def published() -> StepExecution | None:
+        rows = executions(workflow_id)
+        return rows[1] if len(rows) == 2 and rows[1].sent_at is not None else None
+
+    elsewhere = wait_until(published, what="the worker to publish `elsewhere`")
+    assert (elsewhere.step_name, elsewhere.state) == ("elsewhere", "scheduled")
+    assert elsewhere.job_id is not None
+    time.sleep(0.5)
+    assert recorded(worker.log, workflow_id) == [("here", "ran")]
+    with db.transaction() as session:  # leave nothing due behind for the other tests
+        found = session.get(Workflow, workflow_id)
+        assert found is not None
+        found.cancel()

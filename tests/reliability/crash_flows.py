@@ -13,6 +13,8 @@ workflow, remembered by a marker file next to the log, so a restarted worker run
   result is applied, before the commit (holding the workflow lock).
 * ``GENEVA_CRASH_HANG_SEND=1`` — the first commit that queued step messages hangs after the
   commit and before the messages are sent.
+* ``GENEVA_CRASH_HANG_INLINE=1`` — a worker about to run a successor itself (inline successors)
+  hangs after the predecessor's commit, before it claims the successor.
 
 The test SIGKILLs the worker once the ``hang`` line shows up.
 """
@@ -30,7 +32,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from geneva_drive import ExceptionPolicy, IterableStep, Workflow, resumable_step, step
-from geneva_drive.instrumentation import step_finalized
+from geneva_drive.instrumentation import inline_successor, step_finalized
 
 HANG_SECONDS = 120
 
@@ -170,6 +172,39 @@ def _hang_between_commit_and_send(session: Session) -> None:
     if pending and _first_time("send"):
         ids = ",".join(str(message.execution_id) for _chain, message in pending)
         _hang(0, f"send:{ids}")
+
+
+class CrashInlineWorkflow(Workflow):
+    """Two plain steps: a worker with inline successors runs ``two`` itself after ``one``."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def one(self) -> None:
+        record(self, "one", "start")
+
+    @step
+    def two(self) -> None:
+        record(self, "two", "start")
+
+    @step
+    def three(self) -> None:
+        record(self, "three", "start")
+
+
+@inline_successor.connect
+def _record_inline_hand_off(sender: Any, **payload: Any) -> None:
+    # "<workflow> inline handoff <successor execution> <pid>": the soak counts these.
+    _write(f"{payload['workflow_id']} inline handoff {payload['execution_id']} {os.getpid()}\n")
+
+
+@inline_successor.connect
+def _hang_before_inline_successor(sender: Any, **payload: Any) -> None:
+    # After one's outcome (and two's unsent row) committed, before two is claimed.
+    if not os.environ.get("GENEVA_CRASH_HANG_INLINE"):
+        return
+    if _first_time(f"inline-{payload['workflow_id']}"):
+        _hang(payload["workflow_id"], f"inline:{payload['execution_id']}")
 
 
 class CrashManyWorkflow(Workflow):
@@ -312,3 +347,36 @@ class SoakWorkflow(Workflow):
     @step
     def finish(self) -> None:
         record(self, "finish", "start")
+
+
+class SoakChainWorkflow(Workflow):
+    """Five plain steps due at once: a worker runs them as one inline chain (budget allowing),
+    each failing 15% of the time like SoakWorkflow's; workers are killed mid-chain too."""
+
+    may_proceed_without_hero = True
+    exception_policies = SoakWorkflow.exception_policies
+    _maybe_fail = SoakWorkflow._maybe_fail
+
+    @step
+    def c1(self) -> None:
+        record(self, "c1", "start")
+        self._maybe_fail("c1")
+
+    @step
+    def c2(self) -> None:
+        record(self, "c2", "start")
+        self._maybe_fail("c2")
+
+    @step
+    def c3(self) -> None:
+        record(self, "c3", "start")
+        self._maybe_fail("c3")
+
+    @step
+    def c4(self) -> None:
+        record(self, "c4", "start")
+        self._maybe_fail("c4")
+
+    @step
+    def c5(self) -> None:
+        record(self, "c5", "start")

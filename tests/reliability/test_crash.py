@@ -41,6 +41,7 @@ from tests.reliability.crash_flows import (
     CrashBodyWorkflow,
     CrashDbDropWorkflow,
     CrashFinalizeWorkflow,
+    CrashInlineWorkflow,
     CrashManyWorkflow,
     CrashNapDbWorkflow,
     CrashNapWorkflow,
@@ -383,7 +384,9 @@ def celery_worker(
 
 
 def test_sigkill_between_commit_and_send(celery_worker: CeleryWorker, shared_database) -> None:
-    worker = celery_worker.start(GENEVA_CRASH_HANG_SEND="1")
+    # The published path: with inline successors the worker would run ``two`` itself and
+    # send nothing (test_sigkill_between_the_commit_and_an_inline_successor covers that).
+    worker = celery_worker.start(GENEVA_CRASH_HANG_SEND="1", GENEVA_INLINE_SUCCESSORS="false")
     workflow_id = create_workflow(CrashSendWorkflow)
     _hung(celery_worker.log, "send:")
     worker.kill()
@@ -399,6 +402,40 @@ def test_sigkill_between_commit_and_send(celery_worker: CeleryWorker, shared_dat
     ledger = celery_worker.ledger()
     assert ledger.count(workflow_id, "one", "start") == 1
     assert ledger.count(workflow_id, "two", "start") == 1
+    _assert_no_execution_ran_twice(ledger)
+    assert_invariants(shared_database.engine, quiescent=True)
+
+
+def test_sigkill_between_the_commit_and_an_inline_successor(
+    celery_worker: CeleryWorker, shared_database
+) -> None:
+    """Inline successors: the worker commits ``one``'s outcome with ``two`` scheduled and
+    unsent, and is killed before it claims ``two``. One dispatcher sweep sends ``two`` (no
+    ``dispatch_resend_after`` to wait out), another worker runs it once, and nothing ran twice."""
+    worker = celery_worker.start(GENEVA_CRASH_HANG_INLINE="1")
+    workflow_id = create_workflow(CrashInlineWorkflow)
+    _hung(celery_worker.log, "inline:")
+    worker.kill()
+    one, two = executions(workflow_id)
+    assert (one.state, one.outcome) == ("completed", "success")
+    # Committed with the outcome, claimable by the dispatcher: due, scheduled, never sent.
+    assert (two.step_name, two.state, two.sent_at, two.job_id) == ("two", "scheduled", None, None)
+    assert workflow_state(workflow_id) == "ready"
+    assert_invariants(shared_database.engine, quiescent=True)
+
+    celery_worker.start()
+    # Only the dispatcher's sweep: the resend delay stays at its default (minutes).
+    assert settings.dispatch_resend_after.total_seconds() >= 60
+    assert dispatch.dispatch_due() == 1
+    wait_for_state(workflow_id, "finished", timeout=60)
+    ledger = celery_worker.ledger()
+    for name in ("one", "two", "three"):
+        assert ledger.count(workflow_id, name, "start") == 1, name
+    assert [(e.step_name, e.state, e.outcome) for e in executions(workflow_id)] == [
+        ("one", "completed", "success"),
+        ("two", "completed", "success"),
+        ("three", "completed", "success"),
+    ]
     _assert_no_execution_ran_twice(ledger)
     assert_invariants(shared_database.engine, quiescent=True)
 

@@ -10,8 +10,9 @@ import threading
 
 import pytest
 
-from geneva_drive import IterableStep, Workflow, executor, resumable_step, step
+from geneva_drive import IterableStep, Workflow, executor, inline, resumable_step, step
 from geneva_drive.errors import InvalidStateError
+from geneva_drive.instrumentation import inline_successor
 from tests.reliability.harness import (
     Ledger,
     act,
@@ -178,4 +179,102 @@ def test_resumable_step_paused_and_resumed_mid_walk(rdb):
     for item in range(4):
         assert LEDGER.count(workflow_id, f"item{item}") == 1, (item, LEDGER.runs)
     assert LEDGER.count(workflow_id, "done") == 1
+    assert_invariants(rdb, quiescent=True)
+
+
+# --- an operator action landing between two inline steps ---------------------------------------
+
+
+class InlineChainWorkflow(Workflow):
+    @step
+    def one(self):
+        LEDGER.record(self.id, "one")
+
+    @step
+    def two(self):
+        LEDGER.record(self.id, "two")
+
+    @step
+    def three(self):
+        LEDGER.record(self.id, "three")
+
+
+def run_with_held_hand_off(workflow_id: int, *operator_actions: tuple) -> list:
+    """Run the workflow's current execution as a worker with inline successors does, holding
+    the worker between ``one``'s commit and the claim of ``two`` while the operator acts."""
+    execution_id = current_execution_id(workflow_id)
+    errors: list[BaseException] = []
+    hand_offs: list[dict] = []
+
+    def held(_sender, **payload):
+        hand_offs.append(payload)
+        if len(hand_offs) == 1:
+            _block()
+
+    def worker():
+        try:
+            executor.execute(execution_id, budget=inline.Budget())
+        except BaseException as error:
+            errors.append(error)
+
+    inline_successor.connect(held)
+    try:
+        thread = threading.Thread(target=worker, daemon=True)
+        thread.start()
+        assert ENTERED.wait(20), "the worker never reached the hand-off to two"
+        # one's outcome is committed; two is scheduled, unsent, not yet claimed.
+        assert workflow_state(workflow_id) == "ready"
+        assert LEDGER.count(workflow_id, "one") == 1
+        assert LEDGER.count(workflow_id, "two") == 0
+        outcomes = []
+        for action in operator_actions:
+            try:
+                outcomes.append(act(workflow_id, *action))
+            except Exception as error:
+                outcomes.append(error)
+        RELEASE.set()
+        thread.join(20)
+        assert not thread.is_alive()
+    finally:
+        inline_successor.disconnect(held)
+    assert errors == [], errors
+    assert hand_offs[0]["workflow_id"] == workflow_id
+    return outcomes
+
+
+def test_pause_between_two_inline_steps_stops_the_chain_and_resume_continues(rdb):
+    workflow_id = new_workflow(InlineChainWorkflow)
+    run_with_held_hand_off(workflow_id, ("pause",))
+    # The claim saw the pause under the workflow lock: two did not run, as when its message
+    # is delivered to a paused workflow.
+    assert workflow_state(workflow_id) == "paused"
+    assert LEDGER.count(workflow_id, "two") == 0
+    assert_invariants(rdb, quiescent=True)
+    act(workflow_id, "resume")
+    drain()
+    assert workflow_state(workflow_id) == "finished"
+    for name in ("one", "two", "three"):
+        assert LEDGER.count(workflow_id, name) == 1, (name, LEDGER.runs)
+    assert_invariants(rdb, quiescent=True)
+
+
+def test_pause_and_resume_between_two_inline_steps_keep_the_chain_going(rdb):
+    workflow_id = new_workflow(InlineChainWorkflow)
+    outcomes = run_with_held_hand_off(workflow_id, ("pause",), ("resume",))
+    assert not any(isinstance(o, Exception) for o in outcomes), outcomes
+    # Ready again when the worker claimed two: it ran two and three itself.
+    assert workflow_state(workflow_id) == "finished"
+    assert drain() == 0
+    for name in ("one", "two", "three"):
+        assert LEDGER.count(workflow_id, name) == 1, (name, LEDGER.runs)
+    assert_invariants(rdb, quiescent=True)
+
+
+def test_cancel_between_two_inline_steps(rdb):
+    workflow_id = new_workflow(InlineChainWorkflow)
+    run_with_held_hand_off(workflow_id, ("cancel",))
+    assert workflow_state(workflow_id) == "canceled"
+    drain()
+    assert LEDGER.count(workflow_id, "two") == 0
+    assert LEDGER.count(workflow_id, "three") == 0
     assert_invariants(rdb, quiescent=True)

@@ -27,7 +27,7 @@ from geneva_drive.models import Signal, StepExecution
 from geneva_drive.transport import NullTransport
 from geneva_drive.workflow import Workflow
 from tests.integration.conftest import BIN, Process, SharedDatabase, process_env
-from tests.reliability.crash_flows import Ledger, SoakWorkflow
+from tests.reliability.crash_flows import Ledger, SoakChainWorkflow, SoakWorkflow
 from tests.reliability.invariants import check_invariants
 
 pytestmark = pytest.mark.integration
@@ -63,6 +63,7 @@ class Figures:
     operator_actions: Counter[str] = field(default_factory=Counter)
     operator_refusals: int = 0
     recovered_by_housekeeping: int = 0
+    inline_hand_offs: int = 0
     anomalies: list[str] = field(default_factory=list)
 
     @property
@@ -84,6 +85,7 @@ class Figures:
             f"{sum(self.operator_actions.values())} operator actions "
             f"[{self.operator_refusals} refused], {self.duplicate_signals} duplicate signals, "
             f"{self.random_waits} random waits); {self.signals} signals; "
+            f"{self.inline_hand_offs} steps run inline after their predecessor; "
             f"{self.recovered_by_housekeeping} executions recovered by housekeeping; "
             f"anomalies: {len(self.anomalies)}"
         )
@@ -167,9 +169,11 @@ def _parked(session) -> list[int]:
 
 
 def _create(count: int) -> None:
+    # One in three is a chain of five immediately-due steps (inline successors).
     with db.transaction() as session:
-        for _ in range(count):
-            SoakWorkflow.create(session=session, allow_multiple=True)
+        for index in range(count):
+            cls = SoakChainWorkflow if index % 3 == 0 else SoakWorkflow
+            cls.create(session=session, allow_multiple=True)
 
 
 def _housekeep(figures: Figures) -> None:
@@ -281,6 +285,7 @@ def test_soak(
     figures.body_runs = sum(1 for line in ledger.lines if line[2] == "start")
     figures.step_failures = sum(1 for line in ledger.lines if line[2] == "fail")
     figures.random_waits = sum(1 for line in ledger.lines if line[2] == "rewait")
+    figures.inline_hand_offs = sum(1 for line in ledger.lines if line[2] == "handoff")
     report = check_invariants(shared_database.engine, quiescent=True)
     figures.anomalies.extend(report.violations)
     twice = {x: n for x, n in ledger.runs_per_execution("start").items() if n > 1}
@@ -295,6 +300,7 @@ def test_soak(
         _record(figures)
     assert signals >= 1 and figures.workflows >= 100
     assert figures.step_failures > 0 and figures.worker_kills > 0 and figures.duplicate_signals > 0
+    assert figures.inline_hand_offs > 0, "no step ran inline: the soak must cover inline chains"
     assert not figures.anomalies, "\n".join(figures.anomalies[:50])
 
 
@@ -316,7 +322,9 @@ def _record(figures: Figures) -> None:
             "webhook would), "
             "pauses, resumes, skips, cancels, reattempts and resumes-at at random, and runs "
             "housekeeping every second; steps fail 15% of the time (reattempt policy, pause "
-            "after 5) and a quarter of the workflows take random reattempt waits. Then it "
+            "after 5) and a quarter of the workflows take random reattempt waits; a third of "
+            "the workflows are chains of five immediately-due steps, which the workers run "
+            "as inline successors (killed mid-chain too). Then it "
             "settles (resumes what is paused, signals what waits), stops the workers and runs "
             "the invariant checker (tests/reliability/invariants.py) plus the body-run ledger "
             "(no execution row ran its body twice).\n\n"

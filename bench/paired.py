@@ -1,0 +1,330 @@
+"""Issue 20: the targets that need a peer, as paired rounds (ours and the peer alternating).
+
+The machine is shared (2 cores, other engineers' test suites): one run's ratio moves by 30 %
+between minutes. Each round here runs our scenario and its peer back to back, in alternating
+order (round 1 ours first, round 2 the peer first, ...), and computes the ratio of that
+round; a target's verdict is the **median** of the rounds' ratios, shown with its spread
+(min-max). Per round:
+
+* ``engine_celery.py --backend postgres --scenarios hops,chains,fresh`` with inline successors
+  on, and again off (GENEVA_INLINE_SUCCESSORS), against
+* ``dbos_peer.py --backend postgres`` (B3 throughput: DBOS's best mode) and
+  ``celery_peer.py`` (the raw Celery hop);
+* ``b1_engine_sqlite.py`` against ``dbos_peer.py --backend sqlite-wal --sync-normal`` (B1).
+
+    .venv/bin/python bench/paired.py --rounds 5 [--quick]
+    .venv/bin/python bench/paired.py --render      # re-render the section from bench/out/
+
+Results: ``bench/out/paired_r<k>_<part>.json`` and ``bench/out/paired.json`` (the per-round
+ratios); the "Paired rounds" section of bench/RESULTS.md is replaced in place, so the other
+sections (the full run's, the soak's, a MariaDB section) are left as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from common import OUT, PY, ROOT, read_result  # noqa: E402
+
+PEERS_PY = BENCH / ".venv-peers" / "bin" / "python"
+HEADING = "## Paired rounds (issue 20): inline successors against their peers"
+
+
+def parts(round_no: int, quick: bool) -> list[tuple[str, list[str]]]:
+    q = ["--quick"] if quick else []
+    name = f"paired_r{round_no}"
+    engine = [PY, "bench/engine_celery.py", "--backend", "postgres", "--scenarios", "hops,chains,fresh", *q]
+    return [
+        ("engine_on", [*engine, "--inline", "on", "--name", f"{name}_engine_on"]),
+        ("dbos_pg", [str(PEERS_PY), "bench/dbos_peer.py", "--backend", "postgres",
+                     "--n", "100" if quick else "150", "--name", f"{name}_dbos_pg"]),
+        ("celery", [PY, "bench/celery_peer.py", *q, "--name", f"{name}_celery"]),
+        ("engine_off", [*engine, "--inline", "off", "--name", f"{name}_engine_off"]),
+        ("b1", [PY, "bench/b1_engine_sqlite.py", "--workflows", "150" if quick else "300",
+                "--json", str(OUT / f"{name}_b1.json")]),
+        ("dbos_sqlite", [str(PEERS_PY), "bench/dbos_peer.py", "--backend", "sqlite-wal",
+                         "--sync-normal", "--n", "150" if quick else "300",
+                         "--name", f"{name}_dbos_sqlite"]),
+    ]  # fmt: skip
+
+
+def order(round_no: int, steps: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    """Odd rounds: ours first in each pair; even rounds: the peer first."""
+    if round_no % 2 == 1:
+        return steps
+    by = dict(steps)
+    names = ["dbos_pg", "engine_on", "engine_off", "celery", "dbos_sqlite", "b1"]
+    return [(n, by[n]) for n in names]
+
+
+def run_round(round_no: int, quick: bool, log: dict[str, Any]) -> None:
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{BENCH}")
+    for part, cmd in order(round_no, parts(round_no, quick)):
+        t0 = time.time()
+        load0 = os.getloadavg()[0]
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+        log.setdefault(str(round_no), {})[part] = {
+            "status": "ok" if proc.returncode == 0 else f"exit {proc.returncode}",
+            "elapsed_s": round(time.time() - t0, 1),
+            "load_1m": [round(load0, 2), round(os.getloadavg()[0], 2)],
+            "stderr_tail": "" if proc.returncode == 0 else proc.stderr[-800:],
+        }
+        print(f"round {round_no} {part}: {log[str(round_no)][part]['status']} "
+              f"{log[str(round_no)][part]['elapsed_s']} s", file=sys.stderr, flush=True)  # fmt: skip
+
+
+def g(d: Any, path: str) -> Any:
+    for key in path.split("."):
+        if not isinstance(d, dict) or key not in d:
+            return None
+        d = d[key]
+    return d
+
+
+def dbos_best(d: dict[str, Any]) -> float | None:
+    """DBOS's better mode on PostgreSQL: its queue burst or sequential workflows in-process."""
+    candidates = [
+        g(d, "queue_burst.steps_per_s"),
+        g(d, "seq_wf3.steps_per_s"),
+        (g(d, "seq_wf10.workflows_per_s") or 0) * 10 or None,
+    ]
+    values = [float(v) for v in candidates if isinstance(v, int | float)]
+    return max(values) if values else None
+
+
+def div(a: Any, b: Any) -> float | None:
+    if isinstance(a, int | float) and isinstance(b, int | float) and b:
+        return float(a) / float(b)
+    return None
+
+
+def round_figures(k: int) -> dict[str, Any]:
+    on = read_result(f"paired_r{k}_engine_on") or {}
+    off = read_result(f"paired_r{k}_engine_off") or {}
+    dpg = read_result(f"paired_r{k}_dbos_pg") or {}
+    cel = read_result(f"paired_r{k}_celery") or {}
+    b1 = read_result(f"paired_r{k}_b1") or {}
+    dsq = read_result(f"paired_r{k}_dbos_sqlite") or {}
+    best = dbos_best(dpg)
+    celery_hop = g(cel, "chain_hop_unloaded.p50_ms")
+    return {
+        "load_1m": (on.get("env") or {}).get("loadavg", [None])[0],
+        "chains_on": g(on, "chains.steps_per_s"),
+        "chains_off": g(off, "chains.steps_per_s"),
+        "burst3_on": g(on, "hops.burst.steps_per_s"),
+        "burst3_off": g(off, "hops.burst.steps_per_s"),
+        "dbos_best": best,
+        "hop_on": g(on, "hops.unloaded_hop.p50_ms"),
+        "hop_off": g(off, "hops.unloaded_hop.p50_ms"),
+        "celery_hop": celery_hop,
+        "fresh_on_p50": g(on, "fresh.create_to_first_step.p50_ms"),
+        "fresh_on_p99": g(on, "fresh.create_to_first_step.p99_ms"),
+        "fresh_off_p50": g(off, "fresh.create_to_first_step.p50_ms"),
+        "fresh_off_p99": g(off, "fresh.create_to_first_step.p99_ms"),
+        "fresh_chains_on": g(on, "fresh.chains_completed_meanwhile"),
+        "fresh_chains_off": g(off, "fresh.chains_completed_meanwhile"),
+        "b1_ms": b1.get("ms_per_step"),
+        "dbos_sqlite_ms": dsq.get("ms_per_step_wf3_total"),
+        # The ratios each target is judged on.
+        "r_b3_vs_dbos": div(g(on, "chains.steps_per_s"), best),
+        "r_b3_off_vs_dbos": div(g(off, "chains.steps_per_s"), best),
+        "r_hop_inline_vs_celery": div(g(on, "hops.unloaded_hop.p50_ms"), celery_hop),
+        "r_hop_published_vs_celery": div(g(off, "hops.unloaded_hop.p50_ms"), celery_hop),
+        "r_fresh_p99_on_vs_off": div(
+            g(on, "fresh.create_to_first_step.p99_ms"), g(off, "fresh.create_to_first_step.p99_ms")
+        ),
+        "r_b1_vs_dbos": div(dsq.get("ms_per_step_wf3_total"), b1.get("ms_per_step")),
+    }
+
+
+TARGETS = [
+    # key, label, target text, passes(median)
+    ("r_b3_vs_dbos", "B3 steps/s (10-step workflows, PostgreSQL) ÷ DBOS's best mode", "≥ 2×", lambda m: m >= 2.0),
+    ("r_hop_inline_vs_celery", "B3 hop p50, inline successor ÷ raw Celery hop", "≤ 1.0×", lambda m: m <= 1.0),
+    ("r_hop_published_vs_celery", "B3 hop p50, published (inline off) ÷ raw Celery hop", "≤ 3×", lambda m: m <= 3.0),
+    ("r_fresh_p99_on_vs_off", "fresh workflow's first-step delay p99 while 50 ten-step chains run, inline on ÷ off", "≤ 2×", lambda m: m <= 2.0),
+    ("r_b1_vs_dbos", "B1 rate (SQLite, in-process) ÷ DBOS's", "≥ 1.5×", lambda m: m >= 1.5),
+]  # fmt: skip
+
+
+def fmt(v: Any, digits: int = 2) -> str:
+    if not isinstance(v, int | float):
+        return "–"
+    return f"{v:,.{digits}f}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def render(meta: dict[str, Any]) -> str:
+    rounds = [int(k) for k in meta.get("rounds", [])]
+    figures = {k: round_figures(k) for k in rounds}
+    lines = [HEADING, ""]
+    w = lines.append
+    w(f"Command: `{meta.get('command', '?')}` — {meta.get('started', '?')} to "
+      f"{meta.get('finished', '?')}; {len(rounds)} rounds, {'quick' if meta.get('quick') else 'full'} "
+      f"scenario sizes. Machine load (`uptime`) at the start: {meta.get('uptime_start', '?')}; at the "
+      f"end: {meta.get('uptime_end', '?')}."
+      + "".join(f" Then `{a['command']}` from {a['started']} (`uptime`: {a['uptime_start']})."
+                for a in meta.get("appended", [])))  # fmt: skip
+    w("")
+    w("Each round runs our scenario and its peer back to back, in alternating order (odd rounds "
+      "ours first, even rounds the peer first); a verdict is the median of the rounds' ratios, "
+      "with their spread (min–max). Inline successors on is the engine's default; off is "
+      "`GENEVA_INLINE_SUCCESSORS=false` (every successor published, as before issue 20).")  # fmt: skip
+    w("")
+    w("| target | ratio per round | median | spread | target | verdict |")
+    w("|---|---|---:|---:|---:|---|")
+    summary: dict[str, Any] = {}
+    for key, label, target, passes in TARGETS:
+        values = [figures[k][key] for k in rounds if isinstance(figures[k][key], float)]
+        if not values:
+            w(f"| {label} | – | – | – | {target} | not measured |")
+            continue
+        median = statistics.median(values)
+        summary[key] = {"median": median, "min": min(values), "max": max(values), "n": len(values)}
+        per_round = ", ".join(f"{v:.2f}" for v in values)
+        verdict = "**met**" if passes(median) else "**not met**"
+        w(f"| {label} | {per_round} | **{median:.2f}×** | {min(values):.2f}–{max(values):.2f} | "
+          f"{target} | {verdict} |")  # fmt: skip
+    w("")
+    w("The figures behind the ratios, per round:")
+    w("")
+    w("| round | load 1m | B3 10-step steps/s on / off | 3-step burst steps/s on / off | DBOS best steps/s | "
+      "hop p50 ms inline / published | raw Celery hop p50 ms | fresh start p50 / p99 ms, on | "
+      "fresh start p50 / p99 ms, off | chains finished meanwhile on / off | B1 ms/step ours / DBOS |")
+    w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for k in rounds:
+        x = figures[k]
+        w(f"| {k} | {fmt(x['load_1m'])} | {fmt(x['chains_on'], 0)} / {fmt(x['chains_off'], 0)} | "
+          f"{fmt(x['burst3_on'], 0)} / {fmt(x['burst3_off'], 0)} | {fmt(x['dbos_best'], 0)} | "
+          f"{fmt(x['hop_on'])} / {fmt(x['hop_off'])} | {fmt(x['celery_hop'])} | "
+          f"{fmt(x['fresh_on_p50'], 0)} / {fmt(x['fresh_on_p99'], 0)} | "
+          f"{fmt(x['fresh_off_p50'], 0)} / {fmt(x['fresh_off_p99'], 0)} | "
+          f"{fmt(x['fresh_chains_on'], 0)} / {fmt(x['fresh_chains_off'], 0)} | "
+          f"{fmt(x['b1_ms'])} / {fmt(x['dbos_sqlite_ms'])} |")  # fmt: skip
+    w("")
+    # The analysis (why a target is or is not met) is kept beside the script, not generated.
+    notes = BENCH / "paired_notes.md"
+    if notes.exists():
+        lines.append(notes.read_text().rstrip())
+    (OUT / "paired.json").write_text(
+        json.dumps({"meta": meta, "rounds": figures, "summary": summary}, indent=2, default=str)
+    )
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def readme_table(meta: dict[str, Any]) -> str:
+    """README's performance table from the paired rounds (medians; bench/run.py replaces it
+    with a full run's figures when one is made)."""
+    from report import README_END, README_START
+
+    rounds = [int(k) for k in meta.get("rounds", [])]
+    figures = [round_figures(k) for k in rounds]
+
+    def med(key: str) -> float | None:
+        values = [x[key] for x in figures if isinstance(x[key], int | float)]
+        return statistics.median(values) if values else None
+
+    rows = [
+        ("B3 throughput, 10-step workflows, PostgreSQL + Redis, Celery prefork -c 2",
+         f"{fmt(med('chains_on'), 0)} steps/s", f"{fmt(med('chains_off'), 0)} steps/s",
+         f"DBOS best mode {fmt(med('dbos_best'), 0)} steps/s"),
+        ("B3 hop p50 (end of a step → start of the next)", f"{fmt(med('hop_on'))} ms",
+         f"{fmt(med('hop_off'))} ms", f"raw Celery chain hop {fmt(med('celery_hop'))} ms"),
+        ("fresh workflow's first step while 50 ten-step workflows run, p50 / p99",
+         f"{fmt(med('fresh_on_p50'), 0)} / {fmt(med('fresh_on_p99'), 0)} ms",
+         f"{fmt(med('fresh_off_p50'), 0)} / {fmt(med('fresh_off_p99'), 0)} ms", "–"),
+        ("B1 engine cost per step, SQLite in-process", f"{fmt(med('b1_ms'))} ms", "–",
+         f"DBOS {fmt(med('dbos_sqlite_ms'))} ms"),
+    ]  # fmt: skip
+    lines = [
+        README_START,
+        f"Medians of {len(rounds)} paired rounds of `bench/paired.py` ({meta.get('started', '?')}; "
+        f"1-minute load {meta.get('uptime_start', '?').split('load average:')[-1].strip()} at the start) "
+        "on a 2-vCPU machine shared with other test runs, so absolute figures are several times "
+        "the unloaded ones; the ratios, their spread and the full-run tables are in "
+        "[bench/RESULTS.md](bench/RESULTS.md).",
+        "",
+        "| | GenevaDrive (inline successors on, the default) | inline successors off | peer, same rounds |",
+        "|---|---:|---:|---:|",
+        *[f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows],
+        README_END,
+    ]  # fmt: skip
+    return "\n".join(lines)
+
+
+def write_readme(meta: dict[str, Any]) -> None:
+    from report import README_END, README_START
+
+    path = ROOT / "README.md"
+    text = path.read_text()
+    if README_START not in text or README_END not in text:
+        return
+    head, rest = text.split(README_START, 1)
+    _, tail = rest.split(README_END, 1)
+    path.write_text(head + readme_table(meta) + tail)
+
+
+def splice(section: str) -> None:
+    """Replace (or add, after the title block) the paired section of bench/RESULTS.md."""
+    path = BENCH / "RESULTS.md"
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    parts = text.split("\n## ")
+    head, rest = parts[0], parts[1:]
+    kept = [p for p in rest if not ("## " + p).startswith(HEADING)]
+    body = section.rstrip("\n")[len("## "):]
+    out = head.rstrip("\n") + "\n\n## " + body + "\n" + "".join(f"\n## {p.rstrip()}\n" for p in kept)
+    path.write_text(out)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--render", action="store_true")
+    parser.add_argument("--readme", action="store_true", help="also write README's table")
+    parser.add_argument(
+        "--append", action="store_true", help="add the rounds to the last run's (numbered on)"
+    )
+    args = parser.parse_args()
+    OUT.mkdir(parents=True, exist_ok=True)
+    meta_path = OUT / "paired_meta.json"
+    if args.render:
+        meta = json.loads(meta_path.read_text())
+    else:
+        uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        command = ".venv/bin/python " + " ".join(["bench/paired.py", *sys.argv[1:]])
+        started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        if args.append and meta_path.exists():
+            meta = json.loads(meta_path.read_text())
+            meta.setdefault("appended", []).append({"command": command, "started": started,
+                                                    "uptime_start": uptime})  # fmt: skip
+        else:
+            meta = {"command": command, "started": started, "uptime_start": uptime,
+                    "quick": args.quick, "rounds": [], "log": {}}  # fmt: skip
+        first = max(meta["rounds"], default=0) + 1
+        for k in range(first, first + args.rounds):
+            run_round(k, args.quick, meta["log"])
+            meta["rounds"].append(k)
+            meta_path.write_text(json.dumps(meta, indent=2))
+        meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+        meta["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        meta_path.write_text(json.dumps(meta, indent=2))
+    splice(render(meta))
+    if args.readme:
+        write_readme(meta)
+    print(f"wrote {BENCH / 'RESULTS.md'}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
