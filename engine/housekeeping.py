@@ -191,14 +191,15 @@ def _cleanup_slice(
     # Committed as the with block ends (db.transaction), before the report counts it.
     with db.transaction() as session:
         db.begin_write(session)
-        postgres = not db.is_sqlite(session)
+        backend = db.backend(session)
+        postgres = backend == "postgresql"
         query = (
             select(_workflows.c.id, _rows_of_workflow())
             .where(_workflows.c.id > after, _old(cutoff))
             .order_by(_workflows.c.id)
             .limit(batch)
         )
-        if postgres:
+        if backend != "sqlite":
             # 2026-11-29, issue 8: the rows are locked in id order and the "old and
             # finished/canceled" test holds under the lock: PostgreSQL evaluates the WHERE
             # clause again on the newest row version of a row it had to wait for. A plain
@@ -206,7 +207,11 @@ def _cleanup_slice(
             # moment is waited for and then deleted (skipping it left it behind for good, as
             # the keyset never comes back), while one whose state moved on meanwhile is kept.
             # Two housekeepers lock in the same order; the second waits at most one slice.
+            # MariaDB/MySQL: InnoDB's locking read also reads the newest committed version
+            # and tests the WHERE clause on it; the scalar subqueries counting children take
+            # no locks (a locking clause applies to its own query block only).
             query = query.with_for_update(of=_workflows)
+        if postgres:
             # A lost cleanup commit (a crash of the database server within its WAL writer
             # delay) only leaves rows for the next run to delete; not waiting for the flush
             # saves a few ms per slice and the workers' commits a queue at the WAL.
@@ -377,11 +382,11 @@ def _lock(session: Session, execution_id: int) -> tuple[Workflow, StepExecution]
     )
     if workflow_id is None:
         return None
-    postgres = not db.is_sqlite(session)
+    row_locks = not db.is_sqlite(session)
     wf_query = (
         select(Workflow).where(Workflow.id == workflow_id).execution_options(populate_existing=True)
     )
-    if postgres:
+    if row_locks:
         # A workflow locked right now is being worked on (an executor's finalize, an operator):
         # skip it this run instead of queueing behind it.
         wf_query = wf_query.with_for_update(skip_locked=True)
@@ -393,7 +398,7 @@ def _lock(session: Session, execution_id: int) -> tuple[Workflow, StepExecution]
         .where(StepExecution.id == execution_id)
         .execution_options(populate_existing=True)
     )
-    if postgres:
+    if row_locks:
         ex_query = ex_query.with_for_update()
     return workflow, session.scalars(ex_query).one()
 

@@ -2,7 +2,9 @@
 
 Each test gets an empty database holding every table of ``geneva_drive.models.Base.metadata`` (so a
 test may map its own hero models on ``Base``): a new SQLite file in WAL mode by default, or a
-fresh PostgreSQL schema when ``GENEVA_TEST_DATABASE_URL`` points at PostgreSQL. The engine's
+fresh PostgreSQL schema when ``GENEVA_TEST_DATABASE_URL`` points at PostgreSQL, or a fresh
+database (``gd_<random>``, dropped afterwards) when it points at MariaDB/MySQL
+(``mysql+pymysql://root@127.0.0.1:3306/test``: the URL's own database is only connected to). The engine's
 own session factory, executor, dispatcher and housekeeping are pointed at it, and messages
 that would go to Celery are recorded (``geneva_transport``) instead of sent.
 """
@@ -20,6 +22,7 @@ import pytest
 from sqlalchemy import Engine, text
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import NullPool
 
 from geneva_drive import db, transport
 from geneva_drive.config import settings
@@ -31,6 +34,8 @@ class TestDatabase:
     engine: Engine
     url: str
     schema: str | None
+    #: The per-test database on MariaDB/MySQL (dropped by dispose()); None elsewhere.
+    database: str | None = None
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -39,6 +44,31 @@ class TestDatabase:
             with admin.begin() as connection:
                 connection.execute(text(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'))
             admin.dispose()
+        if self.database is not None:
+            drop_mysql_database(self.url, self.database)
+
+
+def is_mysql_url(url: str | None) -> bool:
+    return bool(url) and make_url(url or "").get_backend_name() in db.MYSQL_DIALECTS
+
+
+def create_mysql_database(url: str, prefix: str = "gd") -> tuple[str, str]:
+    """A new empty MariaDB/MySQL database next to ``url``'s: (its name, its URL)."""
+    name = f"{prefix}_{uuid.uuid4().hex[:12]}"
+    admin = db.make_engine(url, poolclass=NullPool)
+    with admin.begin() as connection:
+        connection.execute(
+            text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+        )
+    admin.dispose()
+    return name, make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_mysql_database(url: str, name: str) -> None:
+    admin = db.make_engine(url, poolclass=NullPool)
+    with admin.begin() as connection:
+        connection.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+    admin.dispose()
 
 
 def create_test_database(directory: Path) -> TestDatabase:
@@ -55,6 +85,11 @@ def create_test_database(directory: Path) -> TestDatabase:
         )
         Base.metadata.create_all(engine)
         return TestDatabase(engine, url, schema)
+    if url and is_mysql_url(url):
+        name, database_url = create_mysql_database(url)
+        engine = db.make_engine(database_url, pool_size=10, max_overflow=20)
+        Base.metadata.create_all(engine)
+        return TestDatabase(engine, url, None, database=name)
     path = directory / "geneva.sqlite3"
     sqlite_url = f"sqlite:///{path}"
     engine = db.make_engine(sqlite_url)
