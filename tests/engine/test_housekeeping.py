@@ -269,8 +269,9 @@ def test_cleanup_loop_ends_even_when_no_slice_deletes_anything(geneva_session, m
 
 
 def _postgres_only(session):
-    if session.get_bind().dialect.name != "postgresql":
-        pytest.skip("row locks are PostgreSQL's; SQLite serializes writers")
+    """Row locks: PostgreSQL and MariaDB/MySQL."""
+    if session.get_bind().dialect.name == "sqlite":
+        pytest.skip("row locks are PostgreSQL's and MariaDB's; SQLite serializes writers")
 
 
 def _cleanup_in_thread():
@@ -512,9 +513,9 @@ def test_a_broken_sink_does_not_break_housekeeping(geneva_session, gauges):
     assert any(name == "geneva_drive.ready" for name, _, _ in gauges)
 
 
-def test_workflow_locked_elsewhere_is_skipped_this_run_on_postgresql(geneva_session):
-    if geneva_session.get_bind().dialect.name != "postgresql":
-        pytest.skip("SKIP LOCKED is PostgreSQL's; SQLite serializes housekeepers")
+def test_workflow_locked_elsewhere_is_skipped_this_run_on_a_server_database(geneva_session):
+    if geneva_session.get_bind().dialect.name == "sqlite":
+        pytest.skip("SKIP LOCKED is PostgreSQL's and MariaDB's; SQLite serializes housekeepers")
     wf = _create(geneva_session)
     _make_stuck_in_progress(geneva_session, wf)
     # An executor's finalize (or an operator) holds the workflow lock right now.
