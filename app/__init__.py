@@ -44,6 +44,13 @@ def create_app(config_overrides: Mapping[str, Any] | None = None) -> Flask:
         log.warning("GENEVA_SECRET_KEY is not set: sessions are signed with a public dev key")
     _import_workflow_modules(app.config.get("WORKFLOW_MODULES"))
 
+    uri = app.config.get("SQLALCHEMY_DATABASE_URI")
+    if isinstance(uri, str) and geneva_drive.db.is_mysql_url(uri):
+        # READ COMMITTED, utf8mb4, a UTC session: the engine's MariaDB/MySQL settings
+        # (engine/db.py), since the workers of `geneva-drive up` run on this engine too.
+        app.config["SQLALCHEMY_ENGINE_OPTIONS"] = geneva_drive.db.mysql_engine_options(
+            uri, app.config.get("SQLALCHEMY_ENGINE_OPTIONS")
+        )
     db.init_app(app)
     migrate.init_app(app, db, directory=str(MIGRATIONS))
     htmx.init_app(app)

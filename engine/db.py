@@ -80,7 +80,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         install_sqlite_pragmas(engine)
         return engine
     if parsed.get_backend_name() in MYSQL_DIALECTS:
-        _mysql_defaults(parsed.query, kwargs)
+        kwargs = mysql_engine_options(url, kwargs)
     try:
         if "pool_pre_ping" in kwargs:  # the caller chose SQLAlchemy's own check
             return create_engine(url, **kwargs)
@@ -97,14 +97,27 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
     return engine
 
 
-def _mysql_defaults(query: Any, kwargs: dict[str, Any]) -> None:
-    """READ COMMITTED, utf8mb4 and a UTC session for MariaDB/MySQL (module docstring)."""
-    kwargs.setdefault("isolation_level", MYSQL_ISOLATION_LEVEL)
-    connect_args = kwargs.setdefault("connect_args", {})
+def mysql_engine_options(url: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``create_engine`` options with the MariaDB/MySQL defaults added: READ COMMITTED,
+    utf8mb4 and a UTC session (module docstring). What the URL or ``options`` set wins.
+
+    The dashboard passes its ``SQLALCHEMY_ENGINE_OPTIONS`` through here, so the engine it
+    hands to the workers of ``geneva-drive up`` behaves as one from :func:`make_engine`.
+    """
+    query = make_url(url).query
+    merged = dict(options or {})
+    merged.setdefault("isolation_level", MYSQL_ISOLATION_LEVEL)
+    connect_args = dict(merged.get("connect_args") or {})
     if "charset" not in query:
         connect_args.setdefault("charset", "utf8mb4")
     if "init_command" not in query:
         connect_args.setdefault("init_command", "SET time_zone = '+00:00'")
+    merged["connect_args"] = connect_args
+    return merged
+
+
+def is_mysql_url(url: str | None) -> bool:
+    return bool(url) and make_url(url or "").get_backend_name() in MYSQL_DIALECTS
 
 
 def pool_ping_after() -> float:

@@ -229,13 +229,13 @@ class StepExecution(TimestampMixin, Base):
             unique=True,
             postgresql_where=text(_ONE_ACTIVE),
             sqlite_where=text(_ONE_ACTIVE),
-        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
         Index(
             "index_geneva_drive_step_executions_in_progress_started_at",
             "started_at",
             postgresql_where=text(_IN_PROGRESS),
             sqlite_where=text(_IN_PROGRESS),
-        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
         # MariaDB/MySQL build both under the same names from MYSQL_FORMS below.
         MYSQL_TABLE_OPTIONS,
     )

@@ -141,7 +141,7 @@ class Workflow(TimestampMixin, Base):
             postgresql_where=text(_ONGOING_UNIQUE),
             sqlite_where=text(_ONGOING_UNIQUE_SQLITE),
             # MariaDB/MySQL: a generated column under a plain unique index (models.MYSQL_FORMS).
-        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
         # SQLite would otherwise reuse the ids of workflows housekeeping deleted, and the audit
         # log (no foreign key, it outlives workflows) would show old actions on a new workflow.
         {"sqlite_autoincrement": True, **MYSQL_TABLE_OPTIONS},
