@@ -96,6 +96,13 @@ def run_migrations_online():
 
     connectable = get_engine()
 
+    # Each backend's form of the partial indexes (MariaDB/MySQL: generated columns) is the
+    # same schema: autogenerate compares only what applies to this database.
+    from geneva_drive.models import autogenerate_filter
+
+    if conf_args.get("include_object") is None:
+        conf_args["include_object"] = autogenerate_filter(connectable.dialect)
+
     with connectable.connect() as connection:
         context.configure(
             connection=connection,
