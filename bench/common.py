@@ -146,7 +146,7 @@ def reset_mariadb_database(name: str, url: str = MARIADB_URL) -> str:
     engine = create_engine(url)
     with engine.begin() as c:
         c.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
-        c.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"))
+        c.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"))
     engine.dispose()
     return make_url(url).set(database=name).render_as_string(hide_password=False)
 

@@ -58,11 +58,18 @@ MYSQL_DIALECTS = ("mysql", "mariadb")
 PARTIAL_INDEX_DIALECTS = ("postgresql", "sqlite")
 
 
-#: Table options on MariaDB/MySQL: utf8mb4 with a binary collation, so that names, types and
-#: idempotency keys compare case-sensitively as on PostgreSQL and SQLite (the servers' default
-#: ``*_general_ci`` collations would make "Welcome" and "welcome" the same signal name and
-#: collide in the unique indexes).
-MYSQL_TABLE_OPTIONS = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_bin"}
+#: Table options on MariaDB/MySQL: utf8mb4 with a binary NO PAD collation, so that names,
+#: types and idempotency keys compare exactly as on PostgreSQL and SQLite. The servers' default
+#: ``*_general_ci`` collations would make "Welcome" and "welcome" the same signal name, and the
+#: PAD SPACE ones (``utf8mb4_bin`` too) make "k" and "k " the same idempotency key; both would
+#: collide in the unique indexes. The collation is named per server when the tables are created
+#: (``mysql_collation``): MariaDB's is ``utf8mb4_nopad_bin``, MySQL 8's ``utf8mb4_0900_bin``.
+MYSQL_TABLE_OPTIONS = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_nopad_bin"}
+
+
+def mysql_collation(dialect: Dialect) -> str:
+    """The binary NO PAD utf8mb4 collation of this MariaDB or MySQL server."""
+    return "utf8mb4_nopad_bin" if _is_mariadb(dialect) else "utf8mb4_0900_bin"
 
 
 def _is_mariadb(dialect: Dialect) -> bool:
@@ -447,6 +454,16 @@ _MYSQL_INDEX_NAMES = frozenset(form.name for form in MYSQL_FORMS)
 _MYSQL_COLUMNS = frozenset(
     (form.table, form.generated[0]) for form in MYSQL_FORMS if form.generated is not None
 )
+
+
+@event.listens_for(Base.metadata, "before_create")
+def _name_the_mysql_collation(_target: MetaData, connection: Connection, **kw: Any) -> None:
+    """``create_all`` on MariaDB/MySQL: the engine's tables get this server's collation."""
+    if connection.dialect.name not in MYSQL_DIALECTS:
+        return
+    for table in kw.get("tables", ()):
+        if table.name.startswith("geneva_drive_"):
+            table.dialect_options["mysql"]["collate"] = mysql_collation(connection.dialect)
 
 
 @event.listens_for(Base.metadata, "after_create")

@@ -29,7 +29,7 @@ from sqlalchemy.pool import NullPool
 from geneva_drive import db, transport
 from geneva_drive.config import settings
 from geneva_drive.db import is_mysql_url
-from geneva_drive.models import Base
+from geneva_drive.models import Base, mysql_collation
 
 
 @dataclass
@@ -58,8 +58,11 @@ def create_mysql_database(url: str, prefix: str = "gd") -> tuple[str, str]:
     name = f"{prefix}_{uuid.uuid4().hex[:12]}"
     admin = db.make_engine(url, poolclass=NullPool)
     with admin.begin() as connection:
+        # The engine's tables name their collation themselves; the tests' hero tables take
+        # the database's, the same binary NO PAD one (models.mysql_collation).
+        collation = mysql_collation(connection.dialect)
         connection.execute(
-            text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+            text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE {collation}")
         )
     admin.dispose()
     return name, make_url(url).set(database=name).render_as_string(hide_password=False)
@@ -109,8 +112,9 @@ def create_mysql_test_database(url: str) -> tuple[str, str]:
     admin = db.make_engine(url, poolclass=NullPool)
     try:
         with admin.begin() as connection:
+            collation = mysql_collation(connection.dialect)
             connection.exec_driver_sql(
-                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"
+                f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE {collation}"
             )
             connection.exec_driver_sql(f"USE `{name}`")
             connection.exec_driver_sql("SET foreign_key_checks = 0")  # tables in any order
