@@ -28,6 +28,9 @@ works too). Connections run at READ COMMITTED, not InnoDB's default REPEATABLE R
   transaction's first snapshot and find nothing), and a workflow lock taken after waiting
   must be read with the state the other side committed. PostgreSQL, where the engine was
   written, runs READ COMMITTED by default; every lock section was designed for it.
+- Measured (issue 19): at REPEATABLE READ tests/engine/test_signals_race.py fails on MariaDB.
+  A gate that parks its step reads the workflow's signals in a snapshot older than a signal
+  committed meanwhile, and no one wakes the step: a lost wake-up.
 - REPEATABLE READ makes locking reads and unique checks take gap and next-key locks: two
   workers inserting the next executions of different workflows, or the dispatcher's
   ``FOR UPDATE SKIP LOCKED`` scan, then lock ranges of the (state, scheduled_for) and
