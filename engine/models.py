@@ -396,27 +396,32 @@ class OperatorAction(Base):
 class MySQLIndexForm:
     """The MariaDB/MySQL form of a partial index of the models (reference engine-core §1).
 
-    A unique partial index becomes a STORED generated column that holds 1 while the row is in
-    the indexed state and NULL otherwise, appended to the index's columns under a plain unique
-    index: NULLs are distinct in a unique index, so only two rows that are both in that state
-    collide. (The gem concatenates the key columns into one VARCHAR instead; a marker column
-    keeps each key column typed and cannot make two different keys equal.) A non-unique one
-    becomes a composite index led by the state column. Each keeps the partial index's name.
+    A unique partial index becomes a STORED generated column holding the index key while the
+    row is in the indexed state and NULL otherwise, under a plain unique index of that one
+    column (NULLs are distinct in a unique index, so only rows in that state collide), as the
+    gem does. One column, not the key columns plus a 1-or-NULL marker: InnoDB's duplicate
+    check S-locks the index entries next to the new key, and with a marker the entry a row
+    leaves behind (key, NULL) sits right beside the active keys of the neighbouring workflow.
+    Measured under B3's burst on MariaDB: a worker finishing workflow N (its execution's
+    entry moving to (N, NULL)) and one inserting the next execution of workflow N-1 (checking
+    for a duplicate beside N's entries) deadlocked. With one column the inactive entries all
+    sit in the NULL range, where no duplicate check looks. A non-unique partial index becomes
+    a composite index led by the state column. Each keeps the partial index's name.
     """
 
     table: str
     name: str
     columns: tuple[str, ...]
     unique: bool
-    #: (column, expression) of the STORED generated column the index ends with.
-    generated: tuple[str, str] | None = None
+    #: (column, SQL type, expression) of the STORED generated column the index is on.
+    generated: tuple[str, str, str] | None = None
 
     def ddl(self) -> list[str]:
         statements = []
         if self.generated is not None:
-            column, expression = self.generated
+            column, sql_type, expression = self.generated
             statements.append(
-                f"ALTER TABLE `{self.table}` ADD COLUMN `{column}` TINYINT "
+                f"ALTER TABLE `{self.table}` ADD COLUMN `{column}` {sql_type} "
                 f"GENERATED ALWAYS AS ({expression}) STORED"
             )
         unique = "UNIQUE " if self.unique else ""
@@ -429,19 +434,29 @@ MYSQL_FORMS = (
     MySQLIndexForm(
         "geneva_drive_workflows",
         "index_geneva_drive_workflows_unique_ongoing",
-        ("type", "hero_type", "hero_id", "ongoing_flag"),
+        ("ongoing_unique_key",),
         unique=True,
+        # Each part length-prefixed, so that no two different (type, hero_type, hero_id)
+        # give one key (a plain separator could also appear inside a part). A NULL hero part
+        # makes the key NULL: such workflows never collide, as on PostgreSQL.
         generated=(
-            "ongoing_flag",
-            "CASE WHEN `state` NOT IN ('finished', 'canceled') AND `allow_multiple` = 0 THEN 1 END",
+            "ongoing_unique_key",
+            "VARCHAR(600)",
+            "CASE WHEN `state` NOT IN ('finished', 'canceled') AND `allow_multiple` = 0 "
+            "THEN CONCAT(CHAR_LENGTH(`type`), ':', `type`, CHAR_LENGTH(`hero_type`), ':', "
+            "`hero_type`, ':', `hero_id`) END",
         ),
     ),
     MySQLIndexForm(
         "geneva_drive_step_executions",
         "index_geneva_drive_step_executions_one_active",
-        ("workflow_id", "active_flag"),
+        ("active_unique_key",),
         unique=True,
-        generated=("active_flag", "CASE WHEN `state` IN ('scheduled', 'in_progress') THEN 1 END"),
+        generated=(
+            "active_unique_key",
+            "BIGINT",
+            "CASE WHEN `state` IN ('scheduled', 'in_progress') THEN `workflow_id` END",
+        ),
     ),
     MySQLIndexForm(
         "geneva_drive_step_executions",

@@ -26,14 +26,16 @@ depends_on = None
 # so that this revision does not change when the code does.
 MYSQL_TABLE: dict[str, Any] = {'mysql_charset': 'utf8mb4', 'mysql_collate': 'utf8mb4_nopad_bin'}
 MYSQL_UPGRADE = [
-    "ALTER TABLE `geneva_drive_workflows` ADD COLUMN `ongoing_flag` TINYINT GENERATED ALWAYS AS "
-    "(CASE WHEN `state` NOT IN ('finished', 'canceled') AND `allow_multiple` = 0 THEN 1 END) STORED",
+    "ALTER TABLE `geneva_drive_workflows` ADD COLUMN `ongoing_unique_key` VARCHAR(600) GENERATED "
+    "ALWAYS AS (CASE WHEN `state` NOT IN ('finished', 'canceled') AND `allow_multiple` = 0 THEN "
+    "CONCAT(CHAR_LENGTH(`type`), ':', `type`, CHAR_LENGTH(`hero_type`), ':', `hero_type`, ':', "
+    "`hero_id`) END) STORED",
     "CREATE UNIQUE INDEX `index_geneva_drive_workflows_unique_ongoing` ON `geneva_drive_workflows` "
-    "(`type`, `hero_type`, `hero_id`, `ongoing_flag`)",
-    "ALTER TABLE `geneva_drive_step_executions` ADD COLUMN `active_flag` TINYINT GENERATED ALWAYS AS "
-    "(CASE WHEN `state` IN ('scheduled', 'in_progress') THEN 1 END) STORED",
+    "(`ongoing_unique_key`)",
+    "ALTER TABLE `geneva_drive_step_executions` ADD COLUMN `active_unique_key` BIGINT GENERATED "
+    "ALWAYS AS (CASE WHEN `state` IN ('scheduled', 'in_progress') THEN `workflow_id` END) STORED",
     "CREATE UNIQUE INDEX `index_geneva_drive_step_executions_one_active` ON "
-    "`geneva_drive_step_executions` (`workflow_id`, `active_flag`)",
+    "`geneva_drive_step_executions` (`active_unique_key`)",
     "CREATE INDEX `index_geneva_drive_step_executions_in_progress_started_at` ON "
     "`geneva_drive_step_executions` (`state`, `started_at`)",
 ]

@@ -63,3 +63,36 @@ def test_a_missing_mysql_driver_is_named_with_the_url_form_to_use(monkeypatch):
     assert "mysql+mysqldb://app:***@db.internal:3306/app" in message
     assert "secret" not in message
     assert "GENEVA_DATABASE_URL=mysql+pymysql://" in message
+
+
+def _insert_workflow(session, type_: str, hero_type: str | None, hero_id: str | None) -> None:  # type: ignore[no-untyped-def]
+    session.execute(
+        text(
+            "INSERT INTO geneva_drive_workflows (type, hero_type, hero_id, state, "
+            "allow_multiple, created_at, updated_at) VALUES (:t, :ht, :hid, 'ready', 0, "
+            "UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
+        ),
+        {"t": type_, "ht": hero_type, "hid": hero_id},
+    )
+
+
+@on_mysql
+def test_the_ongoing_key_tells_apart_heroes_whose_parts_run_together(geneva_session):
+    """The generated key joins type, hero type and hero id: length prefixes keep ("a", "b:c")
+    and ("a:b", "c") apart, where a plain separator would make them one key."""
+    from sqlalchemy.exc import IntegrityError
+
+    _insert_workflow(geneva_session, "Flow", "a", "b:c")
+    _insert_workflow(geneva_session, "Flow", "a:b", "c")
+    _insert_workflow(geneva_session, "Flow", None, "c")  # no hero type: never collides
+    _insert_workflow(geneva_session, "Flow", None, "c")
+    geneva_session.commit()
+    with pytest.raises(IntegrityError):
+        _insert_workflow(geneva_session, "Flow", "a", "b:c")
+    geneva_session.rollback()
+    # Once finished, a workflow no longer holds its key.
+    geneva_session.execute(
+        text("UPDATE geneva_drive_workflows SET state = 'finished' WHERE hero_type = 'a'")
+    )
+    _insert_workflow(geneva_session, "Flow", "a", "b:c")
+    geneva_session.commit()
