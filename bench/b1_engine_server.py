@@ -29,7 +29,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH.parent))
 sys.path.insert(0, str(BENCH))
 
-from b1_engine_sqlite import BenchWorkflow, EngineBench, InlineQueue  # noqa: E402
+from b1_engine_sqlite import EngineBench, InlineQueue  # noqa: E402
 from common import (  # noqa: E402
     drop_mariadb_database,
     drop_pg_schema,
@@ -49,7 +49,7 @@ NAME = "geneva_bench_b1"
 
 
 class ServerEngineBench(EngineBench):
-    def __init__(self, url: str) -> None:  # noqa: D107 - EngineBench's, on a URL
+    def __init__(self, url: str) -> None:
         self.engine = db.configure(url)
         Base.metadata.create_all(self.engine)
         self.inline = InlineQueue()

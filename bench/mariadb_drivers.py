@@ -73,7 +73,7 @@ def main() -> None:
                     url_for(driver, "gd_bench_drivers"), isolation_level="READ COMMITTED"
                 )
                 one_round(engine, 50)  # warm up, connect
-            except Exception as error:  # noqa: BLE001 - report and go on to the next driver
+            except Exception as error:
                 print(f"{package:12s} not measured: {type(error).__name__}: {error}")
                 continue
             walls, cpus = [], []

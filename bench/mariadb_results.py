@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (the tables use en dashes, as bench/report.py's do)
 """Issue 19: render the MariaDB section of bench/RESULTS.md from this run's JSON results.
 
     .venv/bin/python bench/mariadb_results.py            # run B1 and B3 on PostgreSQL and MariaDB, render
@@ -90,8 +91,13 @@ def render() -> str:
         f"Run of {f(g(b1, 'env.time'))}; same shared 2-core machine as above, MariaDB "
         f"{f(g(b1, 'mariadb.server'))} and {f(g(b1, 'postgres.server'))} on 127.0.0.1, each at "
         "its defaults (MariaDB: `innodb_flush_log_at_trx_commit=1`, every commit flushed; the "
-        "engine's connections at READ COMMITTED). Load average (1 min) at the start of each "
-        f"B1 half: PostgreSQL {f(g(b1, 'postgres.load_1m'))}, MariaDB {f(g(b1, 'mariadb.load_1m'))}."
+        "engine's connections at READ COMMITTED). Load average (1 min, start→end) of B1 on "
+        f"PostgreSQL {load(g(b1, 'postgres.load_1m'))}, on MariaDB {load(g(b1, 'mariadb.load_1m'))}; "
+        f"at the start of B3 on PostgreSQL {load(g(pg, 'env.loadavg'))}, on MariaDB "
+        f"{load(g(mdb, 'env.loadavg'))}, DBOS {load(g(dbos, 'env.loadavg'))}. On a 2-core machine "
+        "that is several processes queueing for each core: the absolute figures are several "
+        "times the unloaded ones (issue 8's run above had PostgreSQL's B3 hop at 4.4 ms), so "
+        "compare the rows of this section with each other, measured minutes apart."
     )
     w("")
     w("**B1 on the server databases** (bench/b1_engine_server.py: B1's in-process executor and "
@@ -129,6 +135,12 @@ def render() -> str:
       "MariaDB has no per-transaction switch. The raw floor of the same server shows how much "
       "of a step is the database's own cost.")  # fmt: skip
     return "\n".join(lines).rstrip() + "\n"
+
+
+def load(v: Any) -> str:
+    if isinstance(v, list | tuple) and v:
+        return "→".join(f"{x:.1f}" for x in v[:2]) if len(v) == 2 else f"{v[0]:.1f}"
+    return "–"
 
 
 def write(section: str) -> None:
