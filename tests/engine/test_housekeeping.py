@@ -297,6 +297,30 @@ def test_cleanup_waits_for_a_workflow_locked_elsewhere_then_deletes_it(geneva_se
     assert _count(geneva_session, Workflow) == 0
 
 
+def test_cleanup_does_not_wait_for_a_locked_workflow_it_would_not_delete(geneva_session):
+    """An executor holds an ongoing workflow's lock: cleanup must not queue behind it.
+
+    PostgreSQL tests the WHERE clause before locking a row; InnoDB locks every row its scan
+    reads, so on MariaDB a locking scan over all workflows waited for the running one (50 s,
+    then a lock wait timeout and no cleanup at all).
+    """
+    _postgres_only(geneva_session)
+    (old,) = _old_finished(geneva_session, 1)
+    running = _create(geneva_session)
+    geneva_session.scalars(
+        select(Workflow).where(Workflow.id == running.id).with_for_update()
+    ).one()
+    thread, report = _cleanup_in_thread()
+    thread.join(20)
+    finished_meanwhile = not thread.is_alive()
+    geneva_session.commit()
+    thread.join(60)
+    assert finished_meanwhile, "cleanup waited for the lock of a workflow it does not delete"
+    assert report.workflows_cleaned_up == 1
+    assert set(geneva_session.scalars(select(Workflow.id))) == {running.id}
+    del old
+
+
 def test_cleanup_keeps_a_workflow_that_stopped_being_old_and_finished_under_it(geneva_session):
     _postgres_only(geneva_session)
     moved, revived, _deleted = _old_finished(geneva_session, 3)
