@@ -18,6 +18,7 @@ from typing import Any
 
 from flask import Flask
 
+import geneva_drive.db
 from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
 from geneva_drive.dashboard import blueprint, config, errors, metrics, security
 from geneva_drive.dashboard.extension import GenevaDrive, adopt_engine
@@ -48,6 +49,13 @@ def create_app(
     config.check_secret_key(app, required=require_secret_key)
     import_workflow_modules(workflow_module_names(app.config.get("WORKFLOW_MODULES")))
 
+    uri = app.config.get("SQLALCHEMY_DATABASE_URI")
+    if isinstance(uri, str) and geneva_drive.db.is_mysql_url(uri):
+        # READ COMMITTED, utf8mb4, a UTC session: the engine's MariaDB/MySQL settings
+        # (engine/db.py), since the workers of `geneva-drive up` run on this engine too.
+        app.config["SQLALCHEMY_ENGINE_OPTIONS"] = geneva_drive.db.mysql_engine_options(
+            uri, app.config.get("SQLALCHEMY_ENGINE_OPTIONS")
+        )
     # Every key of the standalone app's config is the dashboard's: it reads app.config itself.
     app.extensions[KEY] = DashboardState(config=app.config, db=own_db)
     own_db.init_app(app)

@@ -134,6 +134,32 @@ def drop_pg_schema(schema: str, url: str = PG_URL) -> None:
     engine.dispose()
 
 
+MARIADB_URL = os.environ.get("GENEVA_BENCH_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+
+
+def reset_mariadb_database(name: str, url: str = MARIADB_URL) -> str:
+    """A new empty MariaDB database ``name`` next to ``url``'s (dropped first); its URL."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine.url import make_url
+
+    assert "127.0.0.1" in url or "localhost" in url, "loopback only"
+    engine = create_engine(url)
+    with engine.begin() as c:
+        c.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+        c.execute(text(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_nopad_bin"))
+    engine.dispose()
+    return make_url(url).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_mariadb_database(name: str, url: str = MARIADB_URL) -> None:
+    from sqlalchemy import create_engine, text
+
+    engine = create_engine(url)
+    with engine.begin() as c:
+        c.execute(text(f"DROP DATABASE IF EXISTS `{name}`"))
+    engine.dispose()
+
+
 def env_info() -> dict[str, Any]:
     import platform
     from importlib.metadata import PackageNotFoundError, version

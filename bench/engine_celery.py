@@ -10,10 +10,11 @@ same database. Step bodies log their wall-clock start/end (bench/flows.py), so:
 * B5: signal delivered (commit called) → woken step body start, sequential and 200 at once;
 * B6: delayed steps found due by the dispatcher, with worker restarts (RSS, duplicates, lag).
 
-    .venv/bin/python bench/engine_celery.py --backend sqlite|postgres [--quick] [--scenarios hops,signals,delayed,chains,fresh] [--inline on|off]
+    .venv/bin/python bench/engine_celery.py --backend sqlite|postgres|mariadb [--quick] [--scenarios hops,signals,delayed,chains,fresh] [--inline on|off]
 
 Redis database 14 of 127.0.0.1:6379 (flushed by us only); PostgreSQL in schema
-``geneva_bench`` (dropped afterwards); SQLite in a temporary file. Workers are stopped by PID.
+``geneva_bench`` (dropped afterwards); MariaDB in database ``geneva_bench`` next to
+GENEVA_BENCH_MARIADB_URL's (dropped afterwards); SQLite in a temporary file. Workers are stopped by PID.
 """
 
 from __future__ import annotations
@@ -41,9 +42,11 @@ from common import (
     ROOT,
     Deadline,
     children_of,
+    drop_mariadb_database,
     drop_pg_schema,
     env_info,
     pg_schema_url,
+    reset_mariadb_database,
     reset_pg_schema,
     rss_kb,
     stop_process,
@@ -115,6 +118,8 @@ class Stack:
         os.makedirs(self.timings_dir, exist_ok=True)
         if backend == "sqlite":
             self.url = f"sqlite:///{workdir}/engine.sqlite3"
+        elif backend == "mariadb":
+            self.url = reset_mariadb_database(schema)
         else:
             reset_pg_schema(schema)
             self.url = pg_schema_url(schema)
@@ -197,6 +202,8 @@ class Stack:
         db.get_engine().dispose()
         if self.backend == "postgres":
             drop_pg_schema(self.schema)
+        elif self.backend == "mariadb":
+            drop_mariadb_database(self.schema)
 
 
 def hops_of(timings: Timings, cls: str, ids: list[int], steps: int) -> list[float]:
@@ -628,7 +635,7 @@ SCENARIOS = {
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--backend", choices=["sqlite", "postgres"], required=True)
+    parser.add_argument("--backend", choices=["sqlite", "postgres", "mariadb"], required=True)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--scenarios", default="hops,signals,delayed")
     parser.add_argument(

@@ -4,7 +4,7 @@ The engine works without Flask (workers, the dispatcher, scripts) through the se
 configured here. ``configure(url)`` is called once per process (the CLI, the Celery app, the
 dashboard factory, the test fixture); ``GENEVA_DATABASE_URL`` is the default.
 
-Locking. PostgreSQL gets ``SELECT … FOR UPDATE``. SQLite has no row locks: a "lock" there
+Locking. PostgreSQL, MariaDB and MySQL get ``SELECT … FOR UPDATE``. SQLite has no row locks: a "lock" there
 means holding the database write lock, taken with ``BEGIN IMMEDIATE`` at the start of the lock
 section (pysqlite's legacy transaction mode only opens a transaction at the first write, so a
 section that reads before it writes would otherwise run outside any transaction and another
@@ -18,6 +18,27 @@ is two round trips per step for connections that were in use milliseconds ago. H
 pings only a connection that sat idle in the pool for longer than ``GENEVA_POOL_PING_AFTER``
 seconds (0.5 by default, HikariCP's ``aliveBypassWindowMs``); a dead one is replaced before the
 caller sees it, as with ``pool_pre_ping``. ``GENEVA_POOL_PING_AFTER=0`` pings every checkout.
+
+MariaDB and MySQL (``mysql+pymysql://user:password@host:3306/database``; ``mariadb+pymysql://``
+works too). Connections run at READ COMMITTED, not InnoDB's default REPEATABLE READ, on purpose:
+
+- The engine's read-after-conflict paths need to see rows other transactions committed after
+  this one began: a signal whose idempotency key lost the race to a concurrent delivery reads
+  the winner's row after the duplicate-key error (REPEATABLE READ would read from the
+  transaction's first snapshot and find nothing), and a workflow lock taken after waiting
+  must be read with the state the other side committed. PostgreSQL, where the engine was
+  written, runs READ COMMITTED by default; every lock section was designed for it.
+- Measured (issue 19): at REPEATABLE READ tests/engine/test_signals_race.py fails on MariaDB.
+  A gate that parks its step reads the workflow's signals in a snapshot older than a signal
+  committed meanwhile, and no one wakes the step: a lost wake-up.
+- REPEATABLE READ makes locking reads and unique checks take gap and next-key locks: two
+  workers inserting the next executions of different workflows, or the dispatcher's
+  ``FOR UPDATE SKIP LOCKED`` scan, then lock ranges of the (state, scheduled_for) and
+  one-active indexes and deadlock against each other. READ COMMITTED locks only the rows
+  it reads and releases those a scan did not keep.
+
+The session's time zone is UTC (``SET time_zone = '+00:00'``): DATETIME columns hold naive UTC,
+and the server's own clock functions must agree with them.
 """
 
 from __future__ import annotations
@@ -41,6 +62,9 @@ from geneva_drive.errors import ConfigurationError
 EMBEDDED_DATABASE_PATH = Path("var") / "geneva_drive.sqlite3"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 DEFAULT_POOL_PING_AFTER = 0.5
+#: The isolation level of MariaDB/MySQL connections (see the module docstring).
+MYSQL_ISOLATION_LEVEL = "READ COMMITTED"
+MYSQL_DIALECTS = frozenset({"mysql", "mariadb"})
 
 _lock = threading.Lock()
 _engine: Engine | None = None
@@ -75,11 +99,45 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         engine = create_engine(url, **kwargs)
         install_sqlite_pragmas(engine)
         return engine
-    if "pool_pre_ping" in kwargs:  # the caller chose SQLAlchemy's own check
-        return create_engine(url, **kwargs)
-    engine = create_engine(url, **kwargs)
+    if parsed.get_backend_name() in MYSQL_DIALECTS:
+        kwargs = mysql_engine_options(url, kwargs)
+    try:
+        if "pool_pre_ping" in kwargs:  # the caller chose SQLAlchemy's own check
+            return create_engine(url, **kwargs)
+        engine = create_engine(url, **kwargs)
+    except ModuleNotFoundError as error:
+        driver = parsed.get_driver_name()
+        raise RuntimeError(
+            f"the database URL {parsed.render_as_string(hide_password=True)!r} needs the Python "
+            f"driver {driver!r}, which is not installed ({error.name}). For MariaDB/MySQL use "
+            f"GENEVA_DATABASE_URL=mysql+pymysql://user:password@host:3306/database (PyMySQL "
+            f"comes with geneva-drive); for PostgreSQL postgresql+psycopg://…"
+        ) from error
     install_idle_ping(engine, pool_ping_after())
     return engine
+
+
+def mysql_engine_options(url: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``create_engine`` options with the MariaDB/MySQL defaults added: READ COMMITTED,
+    utf8mb4 and a UTC session (module docstring). What the URL or ``options`` set wins.
+
+    The dashboard passes its ``SQLALCHEMY_ENGINE_OPTIONS`` through here, so the engine it
+    hands to the workers of ``geneva-drive up`` behaves as one from :func:`make_engine`.
+    """
+    query = make_url(url).query
+    merged = dict(options or {})
+    merged.setdefault("isolation_level", MYSQL_ISOLATION_LEVEL)
+    connect_args = dict(merged.get("connect_args") or {})
+    if "charset" not in query:
+        connect_args.setdefault("charset", "utf8mb4")
+    if "init_command" not in query:
+        connect_args.setdefault("init_command", "SET time_zone = '+00:00'")
+    merged["connect_args"] = connect_args
+    return merged
+
+
+def is_mysql_url(url: str | None) -> bool:
+    return bool(url) and make_url(url or "").get_backend_name() in MYSQL_DIALECTS
 
 
 def pool_ping_after() -> float:
@@ -176,6 +234,26 @@ def transaction() -> Iterator[Session]:
 def is_sqlite(session: Session) -> bool:
     bind = session.get_bind()
     return bind.dialect.name == "sqlite"
+
+
+def backend(session: Session) -> str:
+    """``sqlite``, ``postgresql``, ``mariadb`` or ``mysql`` (MySQL proper) for this session.
+
+    SQLAlchemy names both MySQL and MariaDB ``mysql`` (or ``mariadb`` for ``mariadb://``
+    URLs) and tells them apart by the server version it reads on the first connection.
+    """
+    return dialect_backend(session.get_bind().dialect)
+
+
+def dialect_backend(dialect: Any) -> str:
+    if dialect.name in MYSQL_DIALECTS:
+        return "mariadb" if getattr(dialect, "is_mariadb", False) else "mysql"
+    return str(dialect.name)
+
+
+def is_mysql_family(session: Session) -> bool:
+    """MariaDB or MySQL: row locks and SKIP LOCKED as on PostgreSQL, no partial indexes."""
+    return session.get_bind().dialect.name in MYSQL_DIALECTS
 
 
 def begin_write(session: Session) -> None:

@@ -77,6 +77,9 @@ def _due_query(now: datetime, batch_size: int, session: Session) -> Select[StepE
         .limit(batch_size)
     )
     if not db.is_sqlite(session):
+        # MariaDB has no ``FOR UPDATE OF``: SQLAlchemy leaves it out there, so the claim also
+        # locks the joined workflow rows, and one held by an executor or an operator right now
+        # is skipped this sweep like a claimed execution (picked up by the next one).
         query = query.with_for_update(skip_locked=True, of=StepExecution)
     return query
 

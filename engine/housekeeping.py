@@ -191,14 +191,33 @@ def _cleanup_slice(
     # Committed as the with block ends (db.transaction), before the report counts it.
     with db.transaction() as session:
         db.begin_write(session)
-        postgres = not db.is_sqlite(session)
+        backend = db.backend(session)
+        postgres = backend == "postgresql"
         query = (
             select(_workflows.c.id, _rows_of_workflow())
             .where(_workflows.c.id > after, _old(cutoff))
             .order_by(_workflows.c.id)
             .limit(batch)
         )
-        if postgres:
+        # Past the slice's last candidate, where the next slice starts (None: nothing left).
+        last: int | None = None
+        if db.is_mysql_family(session):
+            # InnoDB locks every row its scan reads before it tests the WHERE clause, so a
+            # locking version of the scan queues behind any locked workflow in id order - an
+            # ongoing one an executor holds included - until a lock wait timeout (issue 19).
+            # The candidates come from a plain (non-locking) read instead; only they are
+            # locked, by primary key, and the condition is tested again under the lock, on the
+            # newest committed version (as PostgreSQL does below).
+            ids = list(session.scalars(query.with_only_columns(_workflows.c.id)))
+            if not ids:
+                return None
+            last = ids[-1]
+            query = (
+                select(_workflows.c.id, _rows_of_workflow())
+                .where(_workflows.c.id.in_(ids), _old(cutoff))
+                .order_by(_workflows.c.id)
+            )
+        if backend != "sqlite":
             # 2026-11-29, issue 8: the rows are locked in id order and the "old and
             # finished/canceled" test holds under the lock: PostgreSQL evaluates the WHERE
             # clause again on the newest row version of a row it had to wait for. A plain
@@ -206,20 +225,25 @@ def _cleanup_slice(
             # moment is waited for and then deleted (skipping it left it behind for good, as
             # the keyset never comes back), while one whose state moved on meanwhile is kept.
             # Two housekeepers lock in the same order; the second waits at most one slice.
+            # (The counting subqueries take no locks: a locking clause applies to its own
+            # query block only, on every backend.)
             query = query.with_for_update(of=_workflows)
+        if postgres:
             # A lost cleanup commit (a crash of the database server within its WAL writer
             # delay) only leaves rows for the next run to delete; not waiting for the flush
             # saves a few ms per slice and the workers' commits a queue at the WAL.
             session.execute(text("SET LOCAL synchronous_commit TO OFF"))
         candidates = [(workflow_id, size) for workflow_id, size in session.execute(query)]
         if not candidates:
-            return None
+            return last  # MariaDB: every candidate moved on meanwhile; go past them
         chosen = _fill(candidates, batch * CLEANUP_ROWS_PER_WORKFLOW)
         counts = _delete_workflows(session, chosen, postgres)
+        if len(chosen) < len(candidates) or last is None:
+            last = chosen[-1]
     report.step_executions_cleaned_up += counts[0]
     report.signals_cleaned_up += counts[1]
     report.workflows_cleaned_up += counts[2]
-    return chosen[-1]
+    return last
 
 
 def _among(column: Column[int], ids: list[int], postgres: bool) -> ColumnElement[bool]:
@@ -365,11 +389,11 @@ def _lock(session: Session, execution_id: int) -> tuple[Workflow, StepExecution]
     )
     if workflow_id is None:
         return None
-    postgres = not db.is_sqlite(session)
+    row_locks = not db.is_sqlite(session)
     wf_query = (
         select(Workflow).where(Workflow.id == workflow_id).execution_options(populate_existing=True)
     )
-    if postgres:
+    if row_locks:
         # A workflow locked right now is being worked on (an executor's finalize, an operator):
         # skip it this run instead of queueing behind it.
         wf_query = wf_query.with_for_update(skip_locked=True)
@@ -381,7 +405,7 @@ def _lock(session: Session, execution_id: int) -> tuple[Workflow, StepExecution]
         .where(StepExecution.id == execution_id)
         .execution_options(populate_existing=True)
     )
-    if postgres:
+    if row_locks:
         ex_query = ex_query.with_for_update()
     return workflow, session.scalars(ex_query).one()
 

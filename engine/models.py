@@ -11,6 +11,7 @@ classes are single-table-inheritance subclasses of it; it is re-exported here.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -23,11 +24,13 @@ from sqlalchemy import (
     MetaData,
     String,
     Text,
+    event,
     func,
     text,
 )
+from sqlalchemy.dialects import mysql
 from sqlalchemy.dialects.postgresql import JSONB
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
@@ -62,16 +65,46 @@ ENGINE_TABLE_NAMES = frozenset(
     }
 )
 
+#: SQLAlchemy's dialect names for MySQL and MariaDB (``mariadb://`` URLs name their own).
+MYSQL_DIALECTS = ("mysql", "mariadb")
+#: The backends with partial indexes (``CREATE INDEX … WHERE``).
+PARTIAL_INDEX_DIALECTS = ("postgresql", "sqlite")
+
+
+#: Table options on MariaDB/MySQL: utf8mb4 with a binary NO PAD collation, so that names,
+#: types and idempotency keys compare exactly as on PostgreSQL and SQLite. The servers' default
+#: ``*_general_ci`` collations would make "Welcome" and "welcome" the same signal name, and the
+#: PAD SPACE ones (``utf8mb4_bin`` too) make "k" and "k " the same idempotency key; both would
+#: collide in the unique indexes. The collation is named per server when the tables are created
+#: (``mysql_collation``): MariaDB's is ``utf8mb4_nopad_bin``, MySQL 8's ``utf8mb4_0900_bin``.
+MYSQL_TABLE_OPTIONS = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_nopad_bin"}
+
+
+def mysql_collation(dialect: Dialect) -> str:
+    """The binary NO PAD utf8mb4 collation of this MariaDB or MySQL server."""
+    return "utf8mb4_nopad_bin" if _is_mariadb(dialect) else "utf8mb4_0900_bin"
+
+
+def _is_mariadb(dialect: Dialect) -> bool:
+    return dialect.name in MYSQL_DIALECTS and bool(getattr(dialect, "is_mariadb", False))
+
 
 class UTCDateTime(TypeDecorator[datetime]):
     """A timezone-aware UTC datetime on every backend.
 
-    PostgreSQL stores ``timestamptz``; SQLite has no zone, so values are stored as naive UTC
-    and come back tagged as UTC. Naive values handed in are taken to be UTC already.
+    PostgreSQL stores ``timestamptz``. SQLite and MariaDB/MySQL have no zone: values are
+    stored as naive UTC and come back tagged as UTC; on MariaDB/MySQL as ``DATETIME(6)``,
+    since a plain DATETIME drops the microseconds the engine orders and compares by.
+    Naive values handed in are taken to be UTC already.
     """
 
     impl = DateTime(timezone=True)
     cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> Any:
+        if dialect.name in MYSQL_DIALECTS:
+            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
+        return dialect.type_descriptor(DateTime(timezone=True))
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -79,7 +112,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         value = value.astimezone(UTC)
-        if dialect.name == "sqlite":
+        if dialect.name == "sqlite" or dialect.name in MYSQL_DIALECTS:
             return value.replace(tzinfo=None)
         return value
 
@@ -92,7 +125,13 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 class JSONType(TypeDecorator[Any]):
-    """JSONB on PostgreSQL, JSON-in-TEXT elsewhere (SPEC §1.1)."""
+    """JSONB on PostgreSQL, ``json`` on MySQL, JSON-in-TEXT elsewhere (SPEC §1.1).
+
+    MariaDB has no JSON type: its ``JSON`` is LONGTEXT with a ``json_valid`` CHECK constraint
+    named after the column, which reflection and the autogenerate check see as a text column
+    with a stray constraint. There the column is a plain LONGTEXT and the values are encoded
+    and decoded here, as on SQLite.
+    """
 
     impl = Text
     cache_ok = True
@@ -100,15 +139,26 @@ class JSONType(TypeDecorator[Any]):
     def load_dialect_impl(self, dialect: Dialect) -> Any:
         if dialect.name == "postgresql":
             return dialect.type_descriptor(JSONB())
+        if dialect.name in MYSQL_DIALECTS:
+            if _is_mariadb(dialect):
+                return dialect.type_descriptor(mysql.LONGTEXT())
+            return dialect.type_descriptor(mysql.JSON())
         return dialect.type_descriptor(Text())
 
+    @staticmethod
+    def _native(dialect: Dialect) -> bool:
+        """The driver-side JSON type encodes and decodes (PostgreSQL, MySQL)."""
+        return dialect.name == "postgresql" or (
+            dialect.name in MYSQL_DIALECTS and not _is_mariadb(dialect)
+        )
+
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
-        if value is None or dialect.name == "postgresql":
+        if value is None or self._native(dialect):
             return value
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
-        if value is None or dialect.name == "postgresql":
+        if value is None or self._native(dialect):
             return value
         return json.loads(value)
 
@@ -206,13 +256,15 @@ class StepExecution(TimestampMixin, Base):
             unique=True,
             postgresql_where=text(_ONE_ACTIVE),
             sqlite_where=text(_ONE_ACTIVE),
-        ),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
         Index(
             "index_geneva_drive_step_executions_in_progress_started_at",
             "started_at",
             postgresql_where=text(_IN_PROGRESS),
             sqlite_where=text(_IN_PROGRESS),
-        ),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
+        # MariaDB/MySQL build both under the same names from MYSQL_FORMS below.
+        MYSQL_TABLE_OPTIONS,
     )
 
     def __repr__(self) -> str:
@@ -290,6 +342,7 @@ class Signal(TimestampMixin, Base):
             unique=True,
         ),
         Index("index_geneva_drive_signals_on_workflow_state", "workflow_id", "state"),
+        MYSQL_TABLE_OPTIONS,
     )
 
     #: True only on the instance returned by a deduplicated ``signal()`` call (not a column).
@@ -333,6 +386,8 @@ class OperatorAction(Base):
         UTCDateTime(), default=utcnow, nullable=False, index=True
     )
 
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
     def __repr__(self) -> str:
         return f"<OperatorAction id={self.id} {self.actor} {self.action} wf={self.workflow_id}>"
 
@@ -351,9 +406,146 @@ class DashboardSessionGeneration(Base):
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, nullable=False)
 
 
+# --- MariaDB and MySQL: no partial indexes -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MySQLIndexForm:
+    """The MariaDB/MySQL form of a partial index of the models (reference engine-core §1).
+
+    A unique partial index becomes a STORED generated column holding the index key while the
+    row is in the indexed state and NULL otherwise, under a plain unique index of that one
+    column (NULLs are distinct in a unique index, so only rows in that state collide), as the
+    gem does. One column, not the key columns plus a 1-or-NULL marker: InnoDB's duplicate
+    check S-locks the index entries next to the new key, and with a marker the entry a row
+    leaves behind (key, NULL) sits right beside the active keys of the neighbouring workflow.
+    Measured under B3's burst on MariaDB: a worker finishing workflow N (its execution's
+    entry moving to (N, NULL)) and one inserting the next execution of workflow N-1 (checking
+    for a duplicate beside N's entries) deadlocked. With one column the inactive entries all
+    sit in the NULL range, where no duplicate check looks. A non-unique partial index becomes
+    a composite index led by the state column. Each keeps the partial index's name.
+    """
+
+    table: str
+    name: str
+    columns: tuple[str, ...]
+    unique: bool
+    #: (column, SQL type, expression) of the STORED generated column the index is on.
+    generated: tuple[str, str, str] | None = None
+
+    def ddl(self) -> list[str]:
+        statements = []
+        if self.generated is not None:
+            column, sql_type, expression = self.generated
+            statements.append(
+                f"ALTER TABLE `{self.table}` ADD COLUMN `{column}` {sql_type} "
+                f"GENERATED ALWAYS AS ({expression}) STORED"
+            )
+        unique = "UNIQUE " if self.unique else ""
+        columns = ", ".join(f"`{c}`" for c in self.columns)
+        statements.append(f"CREATE {unique}INDEX `{self.name}` ON `{self.table}` ({columns})")
+        return statements
+
+
+MYSQL_FORMS = (
+    MySQLIndexForm(
+        "geneva_drive_workflows",
+        "index_geneva_drive_workflows_unique_ongoing",
+        ("ongoing_unique_key",),
+        unique=True,
+        # Each part length-prefixed, so that no two different (type, hero_type, hero_id)
+        # give one key (a plain separator could also appear inside a part). A NULL hero part
+        # makes the key NULL: such workflows never collide, as on PostgreSQL.
+        generated=(
+            "ongoing_unique_key",
+            "VARCHAR(600)",
+            "CASE WHEN `state` NOT IN ('finished', 'canceled') AND `allow_multiple` = 0 "
+            "THEN CONCAT(CHAR_LENGTH(`type`), ':', `type`, CHAR_LENGTH(`hero_type`), ':', "
+            "`hero_type`, ':', `hero_id`) END",
+        ),
+    ),
+    MySQLIndexForm(
+        "geneva_drive_step_executions",
+        "index_geneva_drive_step_executions_one_active",
+        ("active_unique_key",),
+        unique=True,
+        generated=(
+            "active_unique_key",
+            "BIGINT",
+            "CASE WHEN `state` IN ('scheduled', 'in_progress') THEN `workflow_id` END",
+        ),
+    ),
+    MySQLIndexForm(
+        "geneva_drive_step_executions",
+        "index_geneva_drive_step_executions_in_progress_started_at",
+        ("state", "started_at"),
+        unique=False,
+    ),
+)
+_MYSQL_INDEX_NAMES = frozenset(form.name for form in MYSQL_FORMS)
+_MYSQL_COLUMNS = frozenset(
+    (form.table, form.generated[0]) for form in MYSQL_FORMS if form.generated is not None
+)
+
+
+@event.listens_for(Base.metadata, "before_create")
+def _name_the_mysql_collation(_target: MetaData, connection: Connection, **kw: Any) -> None:
+    """``create_all`` on MariaDB/MySQL: the engine's tables get this server's collation."""
+    if connection.dialect.name not in MYSQL_DIALECTS:
+        return
+    for table in kw.get("tables", ()):
+        if table.name.startswith("geneva_drive_"):
+            table.dialect_options["mysql"]["collate"] = mysql_collation(connection.dialect)
+
+
+@event.listens_for(Base.metadata, "after_create")
+def _create_mysql_forms(_target: MetaData, connection: Connection, **kw: Any) -> None:
+    """``create_all`` on MariaDB/MySQL: the generated columns and indexes of MYSQL_FORMS."""
+    if connection.dialect.name not in MYSQL_DIALECTS:
+        return
+    created = {table.name for table in kw.get("tables", ())}
+    for form in MYSQL_FORMS:
+        if form.table in created:
+            for statement in form.ddl():
+                connection.exec_driver_sql(statement)
+
+
+def autogenerate_filter(dialect: Dialect) -> Any:
+    """Alembic's ``include_object`` for the engine's schema on ``dialect``'s database.
+
+    Alembic's autogenerate ignores ``Index.ddl_if``: it would offer to create the partial
+    indexes on MariaDB/MySQL, and to drop the MYSQL_FORMS' columns and indexes there. Those
+    are the same guarantees in each backend's form, so the comparison leaves them out;
+    everything else is compared as usual (migrations/env.py uses it for ``flask db migrate``,
+    tests/test_migrations.py for its check).
+    """
+    backend = dialect.name
+
+    def include_object(
+        obj: Any, name: str | None, type_: str, reflected: bool, _compare_to: Any
+    ) -> bool:
+        if type_ == "index" and not reflected:
+            condition = getattr(obj, "_ddl_if", None)
+            if condition is None or condition.dialect is None:
+                return True
+            allowed = condition.dialect
+            return backend == allowed if isinstance(allowed, str) else backend in allowed
+        if backend not in MYSQL_DIALECTS or not reflected:
+            return True
+        if type_ in ("index", "unique_constraint"):
+            return name not in _MYSQL_INDEX_NAMES
+        if type_ == "column":
+            table = getattr(getattr(obj, "table", None), "name", None)
+            return (table, name) not in _MYSQL_COLUMNS
+        return True
+
+    return include_object
+
+
 OUTCOMES = frozenset(o.value for o in Outcome)
 
 __all__ = [
+    "MYSQL_FORMS",
     "Base",
     "DashboardSessionGeneration",
     "JSONType",
@@ -361,6 +553,8 @@ __all__ = [
     "Signal",
     "StepExecution",
     "UTCDateTime",
+    "Workflow",
+    "autogenerate_filter",
     "func",
     "utcnow",
 ]

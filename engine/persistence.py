@@ -8,7 +8,8 @@ builds the statements anew - about half of a step's CPU time (bench/RESULTS.md, 
 
 Here the same changes are written with one prebuilt Core ``UPDATE`` (or ``INSERT``) per row,
 binding exactly the columns whose attributes changed - on PostgreSQL a flush's UPDATEs travel
-as one statement of data-modifying CTEs, one round trip - and the objects are then marked clean
+as one statement of data-modifying CTEs, on MariaDB/MySQL as one multi-table UPDATE, one round
+trip either way - and the objects are then marked clean
 as a flush would leave them (a rollback expunges or expires them as after a flush). What the
 fast path does not cover - a changed relationship, a pending delete, any other kind of
 object - falls back to ``Session.flush()``, so the contract of the unit of work (every change
@@ -31,6 +32,7 @@ from typing import Any
 from sqlalchemy import (
     Column,
     ColumnElement,
+    Connection,
     Insert,
     Table,
     Update,
@@ -41,6 +43,7 @@ from sqlalchemy import (
     literal,
     literal_column,
     select,
+    text,
     true,
     update,
 )
@@ -54,8 +57,8 @@ from sqlalchemy.orm.base import NO_VALUE
 
 from geneva_drive import transitions
 from geneva_drive.compiled import Compiled
-from geneva_drive.models import Base, StepExecution, utcnow
-from geneva_drive.states import STRAY_STEP_STATES
+from geneva_drive.models import MYSQL_DIALECTS, Base, StepExecution, utcnow
+from geneva_drive.states import STRAY_STEP_STATES, Outcome, StepState
 
 # The tables written here: workflows (every Workflow subclass shares the one table) and step
 # executions. Named, not imported: geneva_drive.workflow imports the scheduler, which imports this.
@@ -148,10 +151,13 @@ def flush(
     On PostgreSQL the UPDATEs go out as one statement (data-modifying CTEs), one round trip
     instead of one per row; ``asynchronous_commit`` adds ``set_config('synchronous_commit',
     'off', true)`` to it (the transaction's commit then does not wait for its WAL flush).
+    MariaDB/MySQL send them as one multi-table UPDATE; they have no per-transaction commit
+    durability (``innodb_flush_log_at_trx_commit`` is server-wide), so ``asynchronous_commit``
+    changes nothing there.
 
     ``sweep`` (workflow id, time): cancel that workflow's stray executions (the scheduler's
     sweep, engine/scheduling.py) in the same statement - only where that is the same as
-    sweeping first: on PostgreSQL, with changes to write, none of them to an execution that is
+    sweeping first: on PostgreSQL and MariaDB/MySQL, with changes to write, none of them to an execution that is
     or was loaded as stray (the sweep also excludes the written rows by id: one statement never
     changes a row twice). Returns True if it swept; False, having written nothing, if the
     caller must sweep first and flush afterwards.
@@ -185,8 +191,9 @@ def flush(
         writes.append((state, table, names, params))
     connection = session.connection() if writes or asynchronous_commit or sweep else None
     postgresql = connection is not None and connection.dialect.name == "postgresql"
+    mysql = connection is not None and connection.dialect.name in MYSQL_DIALECTS
     if sweep is not None:
-        if not (postgresql and writes) or any(_stray(state) for state, *_ in writes):
+        if not ((postgresql or mysql) and writes) or any(_stray(state) for state, *_ in writes):
             return False
     if not writes and not asynchronous_commit:
         if rest:
@@ -203,6 +210,8 @@ def flush(
         _combined_statement(shapes, asynchronous_commit, sweep is not None).execute(
             connection, combined
         )
+    elif mysql and (len(writes) > 1 or sweep is not None):
+        _joined_writes(connection, writes, sweep)
     else:
         for _state, table, names, params in writes:
             _update_statement(table, names).execute(connection, params)
@@ -278,6 +287,93 @@ def _combined_statement(
             else literal(1)
         )
         statement = _combined[key] = Compiled(select(head).add_cte(*ctes))
+    return statement
+
+
+_joined: dict[tuple[tuple[tuple[str, tuple[str, ...]], ...], bool], Compiled] = {}
+
+
+def _joined_writes(
+    connection: Connection,
+    writes: list[tuple[InstanceState[Any], Table, tuple[str, ...], dict[str, Any]]],
+    sweep: tuple[int, datetime] | None,
+) -> None:
+    """MariaDB/MySQL: a flush's UPDATEs (and the sweep) as one multi-table UPDATE.
+
+    Neither has data-modifying CTEs nor ``UPDATE … RETURNING``, but a multi-table UPDATE
+    changes every row of its join once, in one statement: the written rows are joined by id
+    (each matches exactly one row), the sweep's strays by a LEFT JOIN that may match none
+    (its SET then changes nothing). An inner join that finds one of the rows gone would
+    write none of them, so a statement that matched fewer rows than it writes is done again
+    row by row, the sweep first, as the other backends do.
+    """
+    shapes = tuple((table.name, names) for _state, table, names, _params in writes)
+    combined: dict[str, Any] = {}
+    for index, (_state, _table, _names, params) in enumerate(writes):
+        combined.update({f"p{index}_{key}": value for key, value in params.items()})
+    if sweep is not None:
+        combined["s_workflow_id"], combined["s_now"] = sweep
+    matched = _joined_statement(shapes, sweep is not None).execute(connection, combined)
+    if matched >= len(writes):
+        return
+    if sweep is not None:
+        written = tuple(
+            f"p{index}_pk"
+            for index, (table_name, _names) in enumerate(shapes)
+            if table_name == _EXECUTIONS.name
+        )
+        Compiled(stray_sweep("s_", written)).execute(connection, combined)
+    for _state, table, names, params in writes:
+        _update_statement(table, names).execute(connection, params)
+
+
+def _joined_statement(shapes: tuple[tuple[str, tuple[str, ...]], ...], sweep: bool) -> Compiled:
+    """``UPDATE t AS u0 JOIN t1 AS u1 ON u1.id = :p1_pk [LEFT JOIN executions AS s ON …]
+    SET u0.c = :p0_v_c, …, s.state = 'canceled', … WHERE u0.id = :p0_pk``."""
+    key = (shapes, sweep)
+    statement = _joined.get(key)
+    if statement is not None:
+        return statement
+    tables = Base.metadata.tables
+    binds: dict[str, Any] = {}
+    joins: list[str] = []
+    assignments: list[str] = []
+    for index, (table_name, names) in enumerate(shapes):
+        table = tables[table_name]
+        alias = f"u{index}"
+        binds[f"p{index}_pk"] = bindparam(f"p{index}_pk", type_=table.c.id.type)
+        if index == 0:
+            joins.append(f"`{table_name}` AS {alias}")
+        else:
+            joins.append(f"JOIN `{table_name}` AS {alias} ON {alias}.id = :p{index}_pk")
+        for name in names:
+            bind = f"p{index}_v_{name}"
+            binds[bind] = bindparam(bind, type_=table.c[name].type)
+            assignments.append(f"{alias}.`{name}` = :{bind}")
+    if sweep:
+        executions = _EXECUTIONS
+        stray = ", ".join(f"'{state}'" for state in sorted(STRAY_STEP_STATES))
+        excluded = "".join(
+            f" AND s.id <> :p{index}_pk"
+            for index, (table_name, _names) in enumerate(shapes)
+            if table_name == executions.name
+        )
+        joins.append(
+            f"LEFT JOIN `{executions.name}` AS s ON s.workflow_id = :s_workflow_id "
+            f"AND s.state IN ({stray}){excluded}"
+        )
+        binds["s_workflow_id"] = bindparam("s_workflow_id", type_=executions.c.workflow_id.type)
+        binds["s_now"] = bindparam("s_now", type_=executions.c.updated_at.type)
+        assignments.extend(
+            [
+                f"s.state = '{StepState.CANCELED}'",
+                f"s.outcome = '{Outcome.CANCELED}'",
+                "s.canceled_at = :s_now",
+                "s.updated_at = :s_now",
+            ]
+        )
+    sql = f"UPDATE {' '.join(joins)} SET {', '.join(assignments)} WHERE u0.id = :p0_pk"
+    statement = _joined[key] = Compiled(text(sql).bindparams(*binds.values()))
     return statement
 
 

@@ -38,6 +38,8 @@ from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepC
 from geneva_drive.flow_control import FlowAction, FlowInterrupt
 from geneva_drive.job_options import to_json_options, validate_job_options
 from geneva_drive.models import (
+    MYSQL_TABLE_OPTIONS,
+    PARTIAL_INDEX_DIALECTS,
     Base,
     BigId,
     JSONType,
@@ -156,10 +158,11 @@ class Workflow(TimestampMixin, Base):
             unique=True,
             postgresql_where=text(_ONGOING_UNIQUE),
             sqlite_where=text(_ONGOING_UNIQUE_SQLITE),
-        ),
+            # MariaDB/MySQL: a generated column under a plain unique index (models.MYSQL_FORMS).
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
         # SQLite would otherwise reuse the ids of workflows housekeeping deleted, and the audit
         # log (no foreign key, it outlives workflows) would show old actions on a new workflow.
-        {"sqlite_autoincrement": True},
+        {"sqlite_autoincrement": True, **MYSQL_TABLE_OPTIONS},
     )
 
     # --- class-level DSL (declared in subclasses; collected by __init_subclass__) -------------

@@ -15,7 +15,7 @@ from sqlalchemy import Connection, inspect, text
 
 from geneva_drive import db
 from geneva_drive.migrations import VERSION_TABLE, only_engine_tables
-from geneva_drive.models import Base
+from geneva_drive.models import Base, autogenerate_filter
 
 #: The one revision 0.1.0 recorded in the shared ``alembic_version`` table.
 LEGACY_REVISIONS = ("0001",)
@@ -70,11 +70,20 @@ def _configure(connection: Connection) -> None:
     for fixed in ("include_object", "version_table", "target_metadata", "connection"):
         extra.pop(fixed, None)
     extra.setdefault("compare_type", True)
+    # The engine's tables only, each in this backend's form (MariaDB/MySQL: generated columns
+    # where the others have partial indexes), so autogenerate compares like with like.
+    backend_forms = autogenerate_filter(connection.dialect)
+
+    def include_object(obj: Any, name: str | None, type_: str, reflected: bool, other: Any) -> bool:
+        return only_engine_tables(obj, name, type_, reflected, other) and bool(
+            backend_forms(obj, name, type_, reflected, other)
+        )
+
     context.configure(
         connection=connection,
         target_metadata=Base.metadata,
         version_table=VERSION_TABLE,
-        include_object=only_engine_tables,
+        include_object=include_object,
         **extra,
     )
 

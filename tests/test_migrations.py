@@ -13,7 +13,9 @@ from sqlalchemy import inspect, text
 
 from geneva_drive import db as engine_db
 from geneva_drive.dashboard import create_app
-from geneva_drive.models import Base
+from geneva_drive.db import is_mysql_url
+from geneva_drive.models import MYSQL_FORMS, Base, autogenerate_filter
+from geneva_drive.testing.pytest_plugin import create_mysql_database, drop_mysql_database
 
 ENGINE_TABLES = {
     "geneva_drive_workflows",
@@ -34,6 +36,11 @@ def _database_url(tmp_path):
 def test_upgrade_on_empty_database_matches_models(tmp_path):
     url, schema = _database_url(tmp_path)
     options = {}
+    mysql_database = None
+    admin_url = os.environ.get("GENEVA_TEST_DATABASE_URL")
+    if is_mysql_url(admin_url):
+        # MariaDB/MySQL: an empty database of its own (the migration's MySQL branches).
+        mysql_database, url = create_mysql_database(admin_url, prefix="gd_mig")
     if schema:
         admin = engine_db.make_engine(url)
         with admin.begin() as c:
@@ -51,7 +58,15 @@ def test_upgrade_on_empty_database_matches_models(tmp_path):
             with db.engine.connect() as connection:
                 tables = set(inspect(connection).get_table_names())
                 assert tables >= ENGINE_TABLES
-                context = MigrationContext.configure(connection, opts={"compare_type": True})
+                # The filter migrations/env.py gives autogenerate: each backend's form of the
+                # partial indexes is compared only where it applies (models.autogenerate_filter).
+                context = MigrationContext.configure(
+                    connection,
+                    opts={
+                        "compare_type": True,
+                        "include_object": autogenerate_filter(connection.dialect),
+                    },
+                )
                 engine_only = Base.metadata
                 diffs = [
                     d
@@ -64,6 +79,8 @@ def test_upgrade_on_empty_database_matches_models(tmp_path):
             }
             assert "index_geneva_drive_step_executions_one_active" in indexes
             assert "index_geneva_drive_step_executions_in_progress_started_at" in indexes
+            if mysql_database is not None:
+                _assert_mysql_forms(db.engine)
     finally:
         with app.app_context():
             from geneva_drive.dashboard.extensions import db
@@ -74,6 +91,30 @@ def test_upgrade_on_empty_database_matches_models(tmp_path):
             with admin.begin() as c:
                 c.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
             admin.dispose()
+        if mysql_database is not None:
+            drop_mysql_database(admin_url, mysql_database)
+
+
+def _assert_mysql_forms(engine):
+    """The migrated MariaDB/MySQL schema is the one create_all makes (models.MYSQL_FORMS):
+    the generated columns, the indexes under the partial indexes' names, LONGTEXT JSON on
+    MariaDB, DATETIME(6), a binary NO PAD collation."""
+    inspector = inspect(engine)
+    for form in MYSQL_FORMS:
+        found = {i["name"]: i for i in inspector.get_indexes(form.table)}[form.name]
+        assert tuple(found["column_names"]) == form.columns, found
+        assert bool(found["unique"]) == form.unique
+        if form.generated is not None:
+            column = {c["name"]: c for c in inspector.get_columns(form.table)}[form.generated[0]]
+            assert "computed" in column and column["computed"].get("persisted"), column
+    with engine.connect() as connection:
+        created = connection.execute(text("SHOW CREATE TABLE geneva_drive_step_executions")).one()[
+            1
+        ]
+    assert "`started_at` datetime(6)" in created, created
+    assert "COLLATE=utf8mb4_nopad_bin" in created or "COLLATE=utf8mb4_0900_bin" in created, created
+    if engine.dialect.is_mariadb:
+        assert "`cursor` longtext" in created and "json_valid" not in created, created
 
 
 def _table_of(diff):

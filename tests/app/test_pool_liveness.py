@@ -9,14 +9,16 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine
 from sqlalchemy.pool import NullPool
+
+from tests.backends import connection_id, terminate
 
 
 def test_a_connection_killed_while_idle_is_replaced_before_a_request_uses_it(
     app_factory, geneva_database, monkeypatch
 ):
-    if geneva_database.schema is None:
+    if geneva_database.schema is None and geneva_database.database is None:
         pytest.skip("connection liveness is for server databases; SQLite has no server")
     monkeypatch.setenv("GENEVA_POOL_PING_AFTER", "0.1")
     app = app_factory()
@@ -28,13 +30,13 @@ def test_a_connection_killed_while_idle_is_replaced_before_a_request_uses_it(
         pids = []
         held = [db.engine.connect() for _ in range(db.engine.pool.checkedin())]
         for connection in held:
-            pids.append(connection.execute(text("SELECT pg_backend_pid()")).scalar_one())
+            pids.append(connection_id(connection))
             connection.close()
     killer = create_engine(geneva_database.url, poolclass=NullPool)
     try:
         with killer.begin() as connection:
             for pid in pids:
-                connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+                terminate(connection, pid)
     finally:
         killer.dispose()
     time.sleep(0.2)

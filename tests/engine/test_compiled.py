@@ -19,6 +19,7 @@ from geneva_drive import db
 from geneva_drive.compiled import Compiled
 from geneva_drive.executor import _LOCK_READ
 from geneva_drive.models import StepExecution, utcnow
+from tests.backends import connection_id, terminate
 from tests.engine.helpers import make_order
 from tests.engine.test_persistence import PersistFlow
 
@@ -159,17 +160,17 @@ def test_a_driver_error_is_sqlalchemys_exception_and_the_session_recovers(geneva
     assert geneva_session.scalar(text("SELECT 1")) == 1
 
 
-def test_a_terminated_postgresql_connection_is_invalidated_and_replaced(geneva_session):
+def test_a_terminated_server_connection_is_invalidated_and_replaced(geneva_session):
     connection = geneva_session.connection()
-    if connection.dialect.name != "postgresql":
-        pytest.skip("pg_terminate_backend needs PostgreSQL")
+    if connection.dialect.name == "sqlite":
+        pytest.skip("ending a connection from the server side needs PostgreSQL or MariaDB")
     # The session keeps its connection checked out (in a transaction) while another one,
     # outside the pool, terminates its backend.
-    backend = connection.execute(text("SELECT pg_backend_pid()")).scalar_one()
+    backend = connection_id(connection)
     killer_engine = create_engine(db.get_engine().url, poolclass=NullPool)
     try:
         with killer_engine.begin() as killer:
-            killer.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": backend})
+            terminate(killer, backend)
     finally:
         killer_engine.dispose()
     with pytest.raises(exc.OperationalError) as raised:
@@ -177,7 +178,7 @@ def test_a_terminated_postgresql_connection_is_invalidated_and_replaced(geneva_s
     assert raised.value.connection_invalidated
     geneva_session.rollback()
     # The pool replaced the dead connection: the next statement runs on a new backend.
-    assert geneva_session.scalar(text("SELECT pg_backend_pid()")) != backend
+    assert connection_id(geneva_session) != backend
 
 
 def test_statements_it_cannot_run_faithfully_are_refused(geneva_session):

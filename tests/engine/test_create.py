@@ -509,7 +509,7 @@ def test_sqlite_never_reuses_the_id_of_a_deleted_workflow(geneva_session):
     from geneva_drive.workflow import Workflow as Base_
 
     if geneva_session.get_bind().dialect.name != "sqlite":
-        pytest.skip("PostgreSQL identities never reuse ids")
+        pytest.skip("server databases never reuse ids (identities; InnoDB AUTO_INCREMENT persists)")
 
     class IdReuseFlow(Workflow):
         may_proceed_without_hero = True

@@ -1,28 +1,24 @@
-"""Two processes create the same workflow for one hero at the same moment (PostgreSQL only):
-exactly one wins, the other gets DuplicateWorkflowError from the partial unique index."""
+"""Two processes create the same workflow for one hero at the same moment (PostgreSQL and
+MariaDB): exactly one wins, the other gets DuplicateWorkflowError from the unique index (the
+partial index on PostgreSQL, the generated-column index on MariaDB/MySQL)."""
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 
 import pytest
-from sqlalchemy import select, text
-from sqlalchemy.engine.url import make_url
+from sqlalchemy import select
 
 from geneva_drive import Workflow, db, step
 from geneva_drive.errors import DuplicateWorkflowError
+from tests.backends import SERVER_ONLY_REASON, connection_id, on_server_database, waits_on_a_lock
 from tests.conftest import Order
 from tests.engine.helpers import make_order
 
-_url = os.environ.get("GENEVA_TEST_DATABASE_URL")
 pytestmark = [
     pytest.mark.postgres,
-    pytest.mark.skipif(
-        not _url or make_url(_url).get_backend_name() != "postgresql",
-        reason="needs GENEVA_TEST_DATABASE_URL pointing at PostgreSQL",
-    ),
+    pytest.mark.skipif(not on_server_database(), reason=SERVER_ONLY_REASON),
 ]
 
 
@@ -36,7 +32,7 @@ def _create_in_own_session(order_id, results, name, before_commit=None, pids=Non
     session = db.new_session()
     try:
         if pids is not None:
-            pids[name] = session.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            pids[name] = connection_id(session)
         hero = session.get(Order, order_id)
         wf = RaceWorkflow.create(hero=hero, session=session)
         if before_commit is not None:
@@ -54,15 +50,13 @@ def _create_in_own_session(order_id, results, name, before_commit=None, pids=Non
 
 
 def _wait_until_blocked_on_a_lock(pid, timeout=20.0):
-    """Poll pg_stat_activity until backend ``pid`` waits on a lock (the unique index entry)."""
+    """Poll the server until connection ``pid`` waits on a lock (the unique index entry)."""
     deadline = time.monotonic() + timeout
     with db.new_session() as monitor:
         while time.monotonic() < deadline:
-            wait = monitor.execute(
-                text("SELECT wait_event_type FROM pg_stat_activity WHERE pid = :pid"), {"pid": pid}
-            ).scalar()
+            waiting = waits_on_a_lock(monitor, pid)
             monitor.rollback()
-            if wait == "Lock":
+            if waiting:
                 return True
             time.sleep(0.02)
     return False

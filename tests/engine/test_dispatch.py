@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
-from geneva_drive import Workflow, settings, step
+from geneva_drive import Workflow, db, settings, step
 from geneva_drive.dispatch import dispatch_due, run_dispatcher
 from geneva_drive.models import StepExecution, utcnow
 from tests.conftest import Order
@@ -167,12 +167,13 @@ def test_run_dispatcher_sweeps_until_stopped(geneva_session, geneva_transport):
     assert geneva_transport.execution_ids == [execution.id]
 
 
-def test_rows_locked_by_another_dispatcher_are_skipped_on_postgresql(
+def test_rows_locked_by_another_dispatcher_are_skipped_on_a_server_database(
     geneva_session, geneva_transport
 ):
-    if geneva_session.get_bind().dialect.name != "postgresql":
+    if db.is_sqlite(geneva_session):
         pytest.skip(
-            "SKIP LOCKED is PostgreSQL's; SQLite serializes dispatchers with its write lock"
+            "SKIP LOCKED is PostgreSQL's and MariaDB's; SQLite serializes dispatchers with its "
+            "write lock"
         )
     wf = _create(geneva_session, DispatchLaterWorkflow)
     later = utcnow() + timedelta(days=3)

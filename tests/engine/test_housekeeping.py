@@ -269,8 +269,9 @@ def test_cleanup_loop_ends_even_when_no_slice_deletes_anything(geneva_session, m
 
 
 def _postgres_only(session):
-    if session.get_bind().dialect.name != "postgresql":
-        pytest.skip("row locks are PostgreSQL's; SQLite serializes writers")
+    """Row locks: PostgreSQL and MariaDB/MySQL."""
+    if session.get_bind().dialect.name == "sqlite":
+        pytest.skip("row locks are PostgreSQL's and MariaDB's; SQLite serializes writers")
 
 
 def _cleanup_in_thread():
@@ -294,6 +295,30 @@ def test_cleanup_waits_for_a_workflow_locked_elsewhere_then_deletes_it(geneva_se
     assert report.workflows_cleaned_up == 2
     assert report.step_executions_cleaned_up == 4
     assert _count(geneva_session, Workflow) == 0
+
+
+def test_cleanup_does_not_wait_for_a_locked_workflow_it_would_not_delete(geneva_session):
+    """An executor holds an ongoing workflow's lock: cleanup must not queue behind it.
+
+    PostgreSQL tests the WHERE clause before locking a row; InnoDB locks every row its scan
+    reads, so on MariaDB a locking scan over all workflows waited for the running one (50 s,
+    then a lock wait timeout and no cleanup at all).
+    """
+    _postgres_only(geneva_session)
+    (old,) = _old_finished(geneva_session, 1)
+    running = _create(geneva_session)
+    geneva_session.scalars(
+        select(Workflow).where(Workflow.id == running.id).with_for_update()
+    ).one()
+    thread, report = _cleanup_in_thread()
+    thread.join(20)
+    finished_meanwhile = not thread.is_alive()
+    geneva_session.commit()
+    thread.join(60)
+    assert finished_meanwhile, "cleanup waited for the lock of a workflow it does not delete"
+    assert report.workflows_cleaned_up == 1
+    assert set(geneva_session.scalars(select(Workflow.id))) == {running.id}
+    del old
 
 
 def test_cleanup_keeps_a_workflow_that_stopped_being_old_and_finished_under_it(geneva_session):
@@ -512,9 +537,9 @@ def test_a_broken_sink_does_not_break_housekeeping(geneva_session, gauges):
     assert any(name == "geneva_drive.ready" for name, _, _ in gauges)
 
 
-def test_workflow_locked_elsewhere_is_skipped_this_run_on_postgresql(geneva_session):
-    if geneva_session.get_bind().dialect.name != "postgresql":
-        pytest.skip("SKIP LOCKED is PostgreSQL's; SQLite serializes housekeepers")
+def test_workflow_locked_elsewhere_is_skipped_this_run_on_a_server_database(geneva_session):
+    if geneva_session.get_bind().dialect.name == "sqlite":
+        pytest.skip("SKIP LOCKED is PostgreSQL's and MariaDB's; SQLite serializes housekeepers")
     wf = _create(geneva_session)
     _make_stuck_in_progress(geneva_session, wf)
     # An executor's finalize (or an operator) holds the workflow lock right now.

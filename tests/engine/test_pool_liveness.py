@@ -1,4 +1,4 @@
-"""engine/db.py: a pooled PostgreSQL connection is tested at checkout only after sitting idle.
+"""engine/db.py: a pooled PostgreSQL or MariaDB connection is tested at checkout only after sitting idle.
 
 A connection back in the pool for less than ``GENEVA_POOL_PING_AFTER`` seconds is handed out
 as is (no round trip); one idle for longer is pinged first, and a dead one is replaced before
@@ -15,19 +15,20 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, select, text
-from sqlalchemy.engine.url import make_url
+from sqlalchemy import Engine, create_engine, select
 from sqlalchemy.orm import object_session
 from sqlalchemy.pool import NullPool
 
 from geneva_drive import Workflow, db, step
 from geneva_drive.executor import execute
 from geneva_drive.models import StepExecution
+from tests.backends import connection_id, on_server_database, terminate
 
 URL = os.environ.get("GENEVA_TEST_DATABASE_URL") or ""
 pytestmark = pytest.mark.skipif(
-    not URL or make_url(URL).get_backend_name() != "postgresql",
-    reason="pool liveness is for server databases; needs GENEVA_TEST_DATABASE_URL on PostgreSQL",
+    not on_server_database(),
+    reason="pool liveness is for server databases; needs GENEVA_TEST_DATABASE_URL on "
+    "PostgreSQL or MariaDB",
 )
 
 
@@ -63,14 +64,14 @@ def counted(counting_engine) -> tuple[Engine, list[int]]:  # type: ignore[no-unt
 
 def _backend(engine: Engine) -> int:
     with engine.connect() as connection:
-        return int(connection.execute(text("SELECT pg_backend_pid()")).scalar_one())
+        return connection_id(connection)
 
 
 def _terminate(pid: int) -> None:
     killer = create_engine(URL, poolclass=NullPool)
     try:
         with killer.begin() as connection:
-            connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+            terminate(connection, pid)
     finally:
         killer.dispose()
 
@@ -137,7 +138,7 @@ class LosesItsConnection(Workflow):
     def only(self) -> None:
         session = object_session(self)
         assert session is not None
-        _terminate(int(session.scalar(text("SELECT pg_backend_pid()"))))
+        _terminate(connection_id(session))
 
 
 class QuietFlow(Workflow):
@@ -171,8 +172,8 @@ def _state(workflow_id: int) -> tuple[str, list[tuple[str, str]]]:
 
 @pytest.fixture
 def pg_database(geneva_database, geneva_transport):  # type: ignore[no-untyped-def]
-    """The test database, configured as the engine's (PostgreSQL: see the module's skip)."""
-    assert geneva_database.schema is not None
+    """The test database, configured as the engine's (a server database: the module's skip)."""
+    assert geneva_database.schema is not None or geneva_database.database is not None
     return geneva_database
 
 
@@ -190,7 +191,7 @@ def test_prepare_starts_again_on_a_new_connection_when_the_pooled_ones_died(pg_d
     # Every connection idle in the pool was in use moments ago (no checkout test) and is dead.
     engine = pg_database.engine
     held = [engine.connect() for _ in range(engine.pool.checkedin())]
-    pids = [int(c.execute(text("SELECT pg_backend_pid()")).scalar_one()) for c in held]
+    pids = [connection_id(c) for c in held]
     for connection in held:
         connection.close()
     for pid in pids:

@@ -8,23 +8,22 @@ signal is never lost and never attached twice.
 
 from __future__ import annotations
 
-import os
 import random
 import threading
 import time
 
 import pytest
 from sqlalchemy import select
-from sqlalchemy.engine.url import make_url
 
 from geneva_drive import Workflow, db, executor, step
 from geneva_drive.models import Signal, StepExecution
+from tests.backends import SERVER_ONLY_REASON, on_server_database
 from tests.conftest import Order
 
 
-def _on_postgresql() -> bool:
-    url = os.environ.get("GENEVA_TEST_DATABASE_URL")
-    return bool(url) and make_url(url).get_backend_name() == "postgresql"
+def _on_server_database() -> bool:
+    """PostgreSQL or MariaDB: real concurrency under row locks (tests/backends.py)."""
+    return on_server_database()
 
 
 runs: list[tuple[int, int]] = []
@@ -126,8 +125,8 @@ def _race(rounds: int, transport) -> dict[str, int]:
     return seen
 
 
-@pytest.mark.skipif(not _on_postgresql(), reason="needs GENEVA_TEST_DATABASE_URL on PostgreSQL")
-def test_signal_and_gate_race_on_postgresql(geneva_session, geneva_transport):
+@pytest.mark.skipif(not _on_server_database(), reason=SERVER_ONLY_REASON)
+def test_signal_and_gate_race_on_a_server_database(geneva_session, geneva_transport):
     seen = _race(50, geneva_transport)
     assert sum(seen.values()) == 50
     print("race orders:", seen)
@@ -193,7 +192,7 @@ def _send_concurrently(workflow_id: int, senders: int) -> list[Signal]:
     return results
 
 
-@pytest.mark.skipif(not _on_postgresql(), reason="needs GENEVA_TEST_DATABASE_URL on PostgreSQL")
+@pytest.mark.skipif(not _on_server_database(), reason=SERVER_ONLY_REASON)
 def test_concurrent_redeliveries_of_one_key_make_one_row(geneva_session):
     for _ in range(20):
         workflow_id, _execution_id = _new_workflow()

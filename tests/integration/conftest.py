@@ -28,6 +28,11 @@ from sqlalchemy.engine.url import make_url
 from geneva_drive import db, transport
 from geneva_drive.config import settings
 from geneva_drive.models import Base, StepExecution
+from geneva_drive.testing.pytest_plugin import (
+    create_mysql_database,
+    drop_mysql_database,
+    is_mysql_url,
+)
 from geneva_drive.workflow import Workflow
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +46,7 @@ def require_service(name: str, url: str) -> None:
     """Skip (or, with GENEVA_REQUIRE_SERVICES=1, fail) when ``url``'s host:port is closed."""
     parts = urlsplit(url)
     host = parts.hostname or "127.0.0.1"
-    port = parts.port or {"redis": 6379, "amqp": 5672, "postgresql": 5432}.get(
+    port = parts.port or {"redis": 6379, "amqp": 5672, "postgresql": 5432, "mysql": 3306}.get(
         parts.scheme.split("+")[0], 0
     )
     try:
@@ -61,6 +66,16 @@ class SharedDatabase:
     engine: Engine
     schema: str | None
     admin_url: str | None
+    #: MariaDB/MySQL: the module's own database (dropped by dispose()); None elsewhere.
+    database: str | None = None
+
+    @property
+    def backend(self) -> str:
+        """``PostgreSQL``, ``MariaDB``/``MySQL`` or ``SQLite`` (for reports)."""
+        name = db.dialect_backend(self.engine.dialect)
+        return {"postgresql": "PostgreSQL", "mariadb": "MariaDB", "mysql": "MySQL"}.get(
+            name, "SQLite"
+        )
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -69,6 +84,8 @@ class SharedDatabase:
             with admin.begin() as connection:
                 connection.execute(text(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE'))
             admin.dispose()
+        if self.database and self.admin_url:
+            drop_mysql_database(self.admin_url, self.database)
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +102,10 @@ def shared_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared
         separator = "&" if "?" in pg else "?"
         url = f"{pg}{separator}options=-csearch_path%3D{schema}"
         database = SharedDatabase(url, db.make_engine(url), schema, pg)
+    elif pg and is_mysql_url(pg):
+        require_service("MariaDB", pg)
+        name, url = create_mysql_database(pg, prefix="gd_it")
+        database = SharedDatabase(url, db.make_engine(url), None, pg, database=name)
     else:
         path = tmp_path_factory.mktemp("db") / "integration.sqlite3"
         url = f"sqlite:///{path}"

@@ -25,16 +25,22 @@ from tests.conftest import Order
 
 
 def backend() -> str:
+    """``postgresql``, ``mysql`` (MariaDB or MySQL) or ``sqlite``."""
     url = os.environ.get("GENEVA_TEST_DATABASE_URL")
     if url and make_url(url).get_backend_name() == "postgresql":
         return "postgresql"
+    if url and make_url(url).get_backend_name() in ("mysql", "mariadb"):
+        return "mysql"
     return "sqlite"
 
 
+#: Row locks and SKIP LOCKED: PostgreSQL or MariaDB/MySQL (the name is historical).
 requires_postgres = pytest.mark.skipif(
-    backend() != "postgresql",
-    reason="needs GENEVA_TEST_DATABASE_URL=postgresql+psycopg://… (row locks, SKIP LOCKED)",
+    backend() not in ("postgresql", "mysql"),
+    reason="needs GENEVA_TEST_DATABASE_URL=postgresql+psycopg://… or mysql+pymysql://… "
+    "(row locks, SKIP LOCKED)",
 )
+requires_server_database = requires_postgres
 requires_sqlite = pytest.mark.skipif(backend() != "sqlite", reason="SQLite variant")
 
 

@@ -16,11 +16,13 @@ import shutil
 import socket
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.engine.url import make_url
 
 from geneva_drive import db, dispatch, housekeeping
 from geneva_drive.celery import CeleryTransport, make_celery
@@ -197,27 +199,76 @@ def test_sigkill_inside_finalize(embedded: EmbeddedWorkers, shared_database) -> 
     assert_invariants(shared_database.engine, quiescent=True)
 
 
-# --- the database connection dropped mid-step (PostgreSQL) -------------------------------------
+# --- the database connection dropped mid-step (PostgreSQL, MariaDB) ----------------------------
+
+
+@contextmanager
+def _killable_connections(shared_database) -> Iterator[tuple[str, Callable[[], int]]]:  # type: ignore[no-untyped-def]
+    """A database URL for a worker, and a function that ends every connection opened with it
+    from the server side (how many it ended), as a server restart or an idle kill would.
+
+    PostgreSQL tags the connections with ``application_name``. MariaDB shows no client tag
+    without performance_schema, so the worker connects as a user of its own, dropped after.
+    """
+    tag = f"gd_crash_{uuid.uuid4().hex[:8]}"
+    engine = shared_database.engine
+    if shared_database.schema is not None:
+
+        def kill_pg() -> int:
+            with engine.begin() as connection:
+                return int(
+                    connection.execute(
+                        text(
+                            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                            "WHERE application_name = :name"
+                        ),
+                        {"name": tag},
+                    ).scalar_one()
+                )
+
+        yield f"{shared_database.url}&application_name={tag}", kill_pg
+        return
+    if shared_database.database is None:
+        pytest.skip("ending a connection from the server side needs PostgreSQL or MariaDB")
+    with engine.begin() as connection:
+        connection.execute(text(f"CREATE USER '{tag}'@'%'"))
+        connection.execute(text(f"GRANT ALL ON `{shared_database.database}`.* TO '{tag}'@'%'"))
+
+    def kill_mysql() -> int:
+        with engine.begin() as connection:
+            ids = connection.execute(
+                text("SELECT id FROM information_schema.processlist WHERE user = :user"),
+                {"user": tag},
+            ).scalars()
+            killed = 0
+            for connection_id in list(ids):
+                connection.execute(text(f"KILL CONNECTION {int(connection_id)}"))
+                killed += 1
+            return killed
+
+    url = make_url(shared_database.url).set(username=tag, password=None)
+    try:
+        yield url.render_as_string(hide_password=False), kill_mysql
+    finally:
+        with engine.begin() as connection:
+            connection.execute(text(f"DROP USER IF EXISTS '{tag}'@'%'"))
 
 
 def test_database_connection_terminated_mid_step(
     embedded: EmbeddedWorkers, shared_database
 ) -> None:
-    if shared_database.schema is None:
-        pytest.skip("pg_terminate_backend needs PostgreSQL")
-    app_name = f"gd_crash_{uuid.uuid4().hex[:8]}"
-    embedded.start(url=f"{shared_database.url}&application_name={app_name}")
-    workflow_id = create_workflow(CrashDbDropWorkflow)
-    wait_until(lambda: embedded.ledger().count(workflow_id, "walk", "item-3") >= 1, 60, "item 3")
-    with shared_database.engine.begin() as connection:
-        killed = connection.execute(
-            text(
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                "WHERE application_name = :name"
-            ),
-            {"name": app_name},
-        ).scalar()
-    assert killed >= 1
+    with _killable_connections(shared_database) as (url, kill):
+        embedded.start(url=url)
+        workflow_id = create_workflow(CrashDbDropWorkflow)
+        wait_until(
+            lambda: embedded.ledger().count(workflow_id, "walk", "item-3") >= 1, 60, "item 3"
+        )
+        killed = kill()
+        assert killed >= 1
+        _after_the_mid_step_drop(embedded, shared_database, workflow_id)
+
+
+def _after_the_mid_step_drop(embedded: EmbeddedWorkers, shared_database, workflow_id: int) -> None:  # type: ignore[no-untyped-def]
 
     # No housekeeping needed: the checkpoint that lost its connection ends the execution as
     # an interruption, and the successor continues from the last committed cursor.
@@ -240,21 +291,12 @@ def test_database_connections_terminated_while_a_plain_step_runs(
     """CrashNapWorkflow's body holds no connection: finalize gets a fresh one (pre-ping) and
     commits. CrashNapDbWorkflow's body uses its session's dead connection afterwards: the
     failure must be recorded at once (the policy reattempts), not left in_progress."""
-    if shared_database.schema is None:
-        pytest.skip("pg_terminate_backend needs PostgreSQL")
-    app_name = f"gd_crash_{uuid.uuid4().hex[:8]}"
-    embedded.start(url=f"{shared_database.url}&application_name={app_name}")
-    workflow_id = create_workflow(flow)
-    wait_until(lambda: embedded.ledger().count(workflow_id, "nap", "start") >= 1, 60, "the nap")
-    with shared_database.engine.begin() as connection:
-        connection.execute(
-            text(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE application_name = :name"
-            ),
-            {"name": app_name},
-        )
-    wait_for_state(workflow_id, "finished", timeout=30)
+    with _killable_connections(shared_database) as (url, kill):
+        embedded.start(url=url)
+        workflow_id = create_workflow(flow)
+        wait_until(lambda: embedded.ledger().count(workflow_id, "nap", "start") >= 1, 60, "the nap")
+        kill()
+        wait_for_state(workflow_id, "finished", timeout=30)
     ledger = embedded.ledger()
     assert ledger.count(workflow_id, "nap", "end") == 1
     assert ledger.count(workflow_id, "nap", "start") == (1 if flow is CrashNapWorkflow else 2)

@@ -1,8 +1,9 @@
-"""Races on PostgreSQL: many threads (and processes), each with its own session/connection.
+"""Races on PostgreSQL and MariaDB: many threads (and processes), each with its own
+session/connection.
 
 Each scenario is repeated several times with the participants released together by a barrier,
 and the invariant checker runs after each. Skipped unless GENEVA_TEST_DATABASE_URL points at
-PostgreSQL (SQLite variants live in test_races_sqlite.py).
+PostgreSQL or MariaDB/MySQL (SQLite variants live in test_races_sqlite.py).
 """
 
 from __future__ import annotations

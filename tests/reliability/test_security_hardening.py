@@ -490,6 +490,11 @@ def _plans(flask_app, url: str) -> list[tuple[str, str]]:
 
     with flask_app.app_context():
         engine = db.engine
+    if engine.dialect.name in ("mysql", "mariadb"):
+        pytest.skip(
+            "MariaDB's optimizer picks full scans of a few test rows and has no switch like "
+            "PostgreSQL's enable_seqscan; the same statements are checked on SQLite and PostgreSQL"
+        )
     statements: list[tuple[str, Any]] = []
 
     def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]

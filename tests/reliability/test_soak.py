@@ -196,7 +196,7 @@ def test_soak(
     settings.stuck_scheduled_threshold = 3600  # pollers never lose a row; nothing to recover
     settings.delete_completed_workflows_after = None  # keep every row for the checks
     rng = random.Random(int(os.environ.get("GENEVA_SOAK_SEED", "20261129")))
-    figures = Figures(backend="PostgreSQL" if shared_database.schema else "SQLite")
+    figures = Figures(backend=shared_database.backend)
     pool = Pool(shared_database, tmp_path, processes)
     for _ in range(WORKERS):
         pool.start()

@@ -1,0 +1,72 @@
+"""Which database the suite runs on, and the few server facilities tests use to watch it.
+
+PostgreSQL and MariaDB/MySQL both have row locks, ``SKIP LOCKED`` and server sessions a test
+can watch (is it waiting for a lock?) or end (a server-side disconnect); SQLite has none.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.engine.url import make_url
+
+MYSQL_BACKENDS = ("mysql", "mariadb")
+SERVER_BACKENDS = ("postgresql", *MYSQL_BACKENDS)
+
+
+def url_backend() -> str:
+    """``postgresql``, ``mysql`` (MariaDB or MySQL) or ``sqlite``, from GENEVA_TEST_DATABASE_URL."""
+    url = os.environ.get("GENEVA_TEST_DATABASE_URL")
+    if not url:
+        return "sqlite"
+    name = make_url(url).get_backend_name()
+    return "mysql" if name in MYSQL_BACKENDS else name
+
+
+def on_server_database() -> bool:
+    """Row locks, SKIP LOCKED, real concurrency: PostgreSQL or MariaDB/MySQL."""
+    return url_backend() in ("postgresql", "mysql")
+
+
+SERVER_ONLY_REASON = (
+    "needs GENEVA_TEST_DATABASE_URL on PostgreSQL or MariaDB (row locks, SKIP LOCKED)"
+)
+
+
+def _is_mysql(session: Any) -> bool:
+    """For a Session or a Connection."""
+    dialect = session.dialect if hasattr(session, "dialect") else session.get_bind().dialect
+    return dialect.name in MYSQL_BACKENDS
+
+
+def connection_id(session: Any) -> int:
+    """The server's id of the session's connection (a PostgreSQL backend pid, a MariaDB thread)."""
+    query = "SELECT CONNECTION_ID()" if _is_mysql(session) else "SELECT pg_backend_pid()"
+    return int(session.execute(text(query)).scalar_one())
+
+
+def waits_on_a_lock(monitor: Any, connection: int) -> bool:
+    """Is server connection ``connection`` waiting for a row or index-entry lock right now?"""
+    if _is_mysql(monitor):
+        state = monitor.execute(
+            text(
+                "SELECT trx_state FROM information_schema.innodb_trx "
+                "WHERE trx_mysql_thread_id = :id"
+            ),
+            {"id": connection},
+        ).scalar()
+        return state == "LOCK WAIT"
+    wait = monitor.execute(
+        text("SELECT wait_event_type FROM pg_stat_activity WHERE pid = :pid"), {"pid": connection}
+    ).scalar()
+    return wait == "Lock"
+
+
+def terminate(session: Any, connection: int) -> None:
+    """End server connection ``connection`` from the server side (a restart, an idle kill)."""
+    if _is_mysql(session):
+        session.execute(text(f"KILL CONNECTION {int(connection)}"))
+    else:
+        session.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": connection})
