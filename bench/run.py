@@ -1,6 +1,6 @@
 """Issue 8: every benchmark scenario for our engine and its peers in one run -> bench/RESULTS.md.
 
-    .venv/bin/python bench/run.py            # full run (~45 min on a loaded 2-core machine)
+    .venv/bin/python bench/run.py            # full run (5-6 min quiet, ~45 min on a loaded 2-core machine)
     .venv/bin/python bench/run.py --quick    # small N everywhere (~10 min)
     .venv/bin/python bench/run.py --only b1,raw --quick
     .venv/bin/python bench/run.py --render   # re-render RESULTS.md from bench/out/*.json
