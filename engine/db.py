@@ -231,6 +231,26 @@ def transaction() -> Iterator[Session]:
         session.close()
 
 
+#: InnoDB's deadlock victim (1213) and lock wait timeout (1205); PostgreSQL's deadlock_detected.
+_MYSQL_RETRYABLE = frozenset({1205, 1213})
+_PG_RETRYABLE = frozenset({"40P01"})
+
+
+def is_deadlock(error: BaseException) -> bool:
+    """Whether ``error`` is the database choosing this transaction as a deadlock victim.
+
+    InnoDB does so even between transactions that take their row locks in the same order (its
+    unique-index checks lock neighbouring entries); the transaction rolled back whole, and the
+    documented remedy is to run it again. Callers that own a transaction (an operator action,
+    a webhook's ``signal()``) retry it on this.
+    """
+    original = getattr(error, "orig", error)
+    args = getattr(original, "args", ())
+    if args and isinstance(args[0], int) and args[0] in _MYSQL_RETRYABLE:
+        return True
+    return getattr(original, "sqlstate", None) in _PG_RETRYABLE
+
+
 def is_sqlite(session: Session) -> bool:
     bind = session.get_bind()
     return bind.dialect.name == "sqlite"

@@ -58,7 +58,7 @@ from sqlalchemy.orm.base import NO_VALUE
 from geneva_drive import transitions
 from geneva_drive.compiled import Compiled
 from geneva_drive.models import MYSQL_DIALECTS, Base, StepExecution, utcnow
-from geneva_drive.states import STRAY_STEP_STATES, Outcome, StepState
+from geneva_drive.states import STRAY_STEP_STATES
 
 # The tables written here: workflows (every Workflow subclass shares the one table) and step
 # executions. Named, not imported: geneva_drive.workflow imports the scheduler, which imports this.
@@ -364,14 +364,13 @@ def _joined_statement(shapes: tuple[tuple[str, tuple[str, ...]], ...], sweep: bo
         )
         binds["s_workflow_id"] = bindparam("s_workflow_id", type_=executions.c.workflow_id.type)
         binds["s_now"] = bindparam("s_now", type_=executions.c.updated_at.type)
-        assignments.extend(
-            [
-                f"s.state = '{StepState.CANCELED}'",
-                f"s.outcome = '{Outcome.CANCELED}'",
-                "s.canceled_at = :s_now",
-                "s.updated_at = :s_now",
-            ]
-        )
+        # The sweep's columns from the one state writer (transitions.swept_columns), as the
+        # other backends' sweep writes them: finished_at included.
+        now_marker = object()
+        for name, value in transitions.swept_columns(now_marker).items():
+            assignments.append(
+                f"s.`{name}` = :s_now" if value is now_marker else f"s.`{name}` = '{value}'"
+            )
     sql = f"UPDATE {' '.join(joins)} SET {', '.join(assignments)} WHERE u0.id = :p0_pk"
     statement = _joined[key] = Compiled(text(sql).bindparams(*binds.values()))
     return statement
