@@ -14,12 +14,26 @@ from geneva_drive.dashboard import GenevaDrive
 from geneva_drive.errors import ConfigurationError
 from geneva_drive.migrations import exclude_engine_tables
 
+_made: list[tuple[Flask, SQLAlchemy]] = []
+
+
+@pytest.fixture(autouse=True)
+def _dispose_host_engines():
+    """Each host app's Flask-SQLAlchemy engine is closed with its test: a pooled connection left
+    to the garbage collector is a ResourceWarning (an error here) in whichever test runs then."""
+    yield
+    while _made:
+        app, db = _made.pop()
+        with app.app_context():
+            db.engine.dispose()
+
 
 def _host(geneva_database, **config):
     app = Flask("host")
     app.config.update(SECRET_KEY="host-secret", **geneva_database.flask_config(), **config)
     db = SQLAlchemy()
     db.init_app(app)
+    _made.append((app, db))
     return app, db
 
 
