@@ -9,6 +9,9 @@ import pytest
 from sqlalchemy import Engine
 
 from geneva_drive import executor
+from geneva_drive.dashboard import create_app
+from geneva_drive.dashboard.extensions import db
+from tests.app.conftest import app_config
 
 
 @pytest.fixture
@@ -30,3 +33,24 @@ from tests.integration.conftest import (  # noqa: E402, F401
     short_horizon,
     use_transport,
 )
+
+#: The dashboard apps' secret key in the security suites (long enough to be accepted).
+SECRET_KEY = "secret-key-0c9e77a1-long-enough"
+
+
+@pytest.fixture
+def build(geneva_database: Any, geneva_session: Any) -> Iterator[Any]:
+    """``build(**config)``: a dashboard app on the test database; its pool is closed after."""
+    made: list[Any] = []
+
+    def make(**extra: Any) -> Any:
+        config = app_config(geneva_database, **{"SECRET_KEY": SECRET_KEY, **extra})
+        flask_app = create_app(config)
+        made.append(flask_app)
+        return flask_app
+
+    yield make
+    for flask_app in made:
+        with flask_app.app_context():
+            db.session.remove()
+            db.engine.dispose()

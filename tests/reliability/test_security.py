@@ -11,33 +11,12 @@ import pytest
 from werkzeug.security import generate_password_hash
 
 from geneva_drive.testing import speedrun_workflow
-from tests.app.conftest import CSRF, USERS, DashPayment, app_config, login
+from tests.app.conftest import CSRF, USERS, DashPayment, login
 from tests.conftest import Order
+from tests.reliability.conftest import SECRET_KEY
 from tests.reliability.test_hostile_dashboard import engine_rows
 
 METRICS_TOKEN = "metrics-token-8f1d3c"
-SECRET_KEY = "secret-key-0c9e77a1"
-
-
-@pytest.fixture
-def build(geneva_database, geneva_session):
-    from geneva_drive.dashboard import create_app
-
-    made = []
-
-    def make(**extra):
-        config = app_config(geneva_database, **{"SECRET_KEY": SECRET_KEY, **extra})
-        flask_app = create_app(config)
-        made.append(flask_app)
-        return flask_app
-
-    yield make
-    for flask_app in made:
-        with flask_app.app_context():
-            from geneva_drive.dashboard.extensions import db
-
-            db.session.remove()
-            db.engine.dispose()
 
 
 @pytest.fixture

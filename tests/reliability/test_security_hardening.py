@@ -30,29 +30,6 @@ from geneva_drive.workflow import Workflow
 from tests.app.conftest import CSRF, DashPayment, app_config, login
 from tests.conftest import Order
 
-SECRET_KEY = "secret-key-0c9e77a1-long-enough"
-
-
-@pytest.fixture
-def build(geneva_database, geneva_session):
-    from geneva_drive.dashboard import create_app
-
-    made = []
-
-    def make(**extra: Any) -> Any:
-        config = app_config(geneva_database, **{"SECRET_KEY": SECRET_KEY, **extra})
-        flask_app = create_app(config)
-        made.append(flask_app)
-        return flask_app
-
-    yield make
-    for flask_app in made:
-        with flask_app.app_context():
-            from geneva_drive.dashboard.extensions import db
-
-            db.session.remove()
-            db.engine.dispose()
-
 
 @pytest.fixture
 def paused_id(geneva_session) -> int:
