@@ -66,7 +66,6 @@ from geneva_drive.workflow import Workflow, executing
 log = logging.getLogger("geneva_drive.executor")
 
 
-# Set by the worker when it is shutting down: resumable steps stop at their next checkpoint.
 @dataclass
 class Completed:
     pass
