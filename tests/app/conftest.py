@@ -17,7 +17,7 @@ from werkzeug.security import generate_password_hash
 from geneva_drive import Workflow, removed_step, step
 from geneva_drive.dashboard import create_app
 from geneva_drive.testing import speedrun_workflow
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 
 CSRF = "test-csrf-token"
 # pbkdf2 with few rounds: the default scrypt costs ~50 ms per login, for nothing in tests.
@@ -125,9 +125,7 @@ def make_workflow(geneva_session):  # type: ignore[no-untyped-def]
     """
 
     def make(run: bool = False) -> DashPayment:
-        order = Order()
-        geneva_session.add(order)
-        geneva_session.flush()
+        order = make_order(geneva_session)
         workflow = DashPayment.create(hero=order, session=geneva_session)
         geneva_session.commit()
         if run:

@@ -14,7 +14,7 @@ from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.testing import perform_next_step, speedrun_workflow
 from geneva_drive.workflow import Workflow
 from tests.app.conftest import DashPayment, post, run_to_finish
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 
 HTMX = {"HX-Request": "true"}
 
@@ -89,7 +89,7 @@ class DashCopy(Workflow):
 
 
 def test_resumable_chain_is_grouped_with_cursor_progress(operator_client, geneva_session):
-    wf = DashCopy.create(session=geneva_session, hero=_order(geneva_session))
+    wf = DashCopy.create(session=geneva_session, hero=make_order(geneva_session))
     geneva_session.commit()
     for _ in range(3):
         perform_next_step(wf)
@@ -100,13 +100,6 @@ def test_resumable_chain_is_grouped_with_cursor_progress(operator_client, geneva
     assert chain.count("<tr") == 4  # header + one row per hop
     assert ">+2<" in chain and ">+1<" in chain
     assert "<code>5</code>" in chain
-
-
-def _order(session) -> Order:
-    order = Order()
-    session.add(order)
-    session.flush()
-    return order
 
 
 def test_engine_data_is_escaped(operator_client, make_workflow):
@@ -222,9 +215,7 @@ def test_list_query_uses_no_offset_and_no_count(app, operator_client, make_workf
 
 
 def test_hero_page_lists_every_workflow_of_the_hero(operator_client, geneva_session):
-    order = Order()
-    geneva_session.add(order)
-    geneva_session.flush()
+    order = make_order(geneva_session)
     first = DashPayment.create(hero=order, session=geneva_session)
     first.cancel()
     second = DashPayment.create(hero=order, session=geneva_session)

@@ -9,15 +9,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import update
 
 from geneva_drive import Workflow, step
 from geneva_drive.dashboard import presenters
 from geneva_drive.dashboard.auth import DashboardUser
-from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.models import utcnow
 from geneva_drive.states import BULK_OPERATIONS, Operation
 from geneva_drive.testing import speedrun_workflow
-from tests.engine.helpers import make_order
+from tests.engine.helpers import create_workflow
 
 OPERATOR = DashboardUser("olga", "operator")
 VIEWER = DashboardUser("vic", "viewer")
@@ -67,17 +66,6 @@ def test_bulk_actions_are_the_engines_bulk_operations_in_order():
     assert (label, verb) == ("Cancel selected", "canceled")
 
 
-def _workflow(session, **current):  # type: ignore[no-untyped-def]
-    workflow = PresentFlow.create(hero=make_order(session))
-    session.commit()
-    if current:
-        session.execute(
-            update(StepExecution).where(StepExecution.workflow_id == workflow.id).values(**current)
-        )
-        session.commit()
-    return workflow
-
-
 def _badges(session, workflow):  # type: ignore[no-untyped-def]
     """The badges after the state's own (which comes first)."""
     [row] = presenters.workflow_rows(session, [workflow])
@@ -92,18 +80,26 @@ def _park(workflow):  # type: ignore[no-untyped-def]
 
 
 def test_row_badges_say_overdue_stuck_and_waiting_too_long(geneva_session, monkeypatch):
-    on_time = _workflow(geneva_session, scheduled_for=utcnow() + timedelta(minutes=5))
+    on_time = create_workflow(
+        geneva_session, PresentFlow, scheduled_for=utcnow() + timedelta(minutes=5)
+    )
     assert _badges(geneva_session, on_time) == []
-    just_due = _workflow(geneva_session, scheduled_for=utcnow() - timedelta(seconds=10))
+    just_due = create_workflow(
+        geneva_session, PresentFlow, scheduled_for=utcnow() - timedelta(seconds=10)
+    )
     assert _badges(geneva_session, just_due) == []  # within the dispatcher's grace: due now
-    late = _workflow(geneva_session, scheduled_for=utcnow() - timedelta(minutes=5))
+    late = create_workflow(
+        geneva_session, PresentFlow, scheduled_for=utcnow() - timedelta(minutes=5)
+    )
     assert _badges(geneva_session, late) == ["overdue, late by 5 min"]
-    stuck = _workflow(geneva_session, state="in_progress", started_at=utcnow() - timedelta(hours=2))
+    stuck = create_workflow(
+        geneva_session, PresentFlow, state="in_progress", started_at=utcnow() - timedelta(hours=2)
+    )
     assert _badges(geneva_session, stuck) == ["stuck"]
-    running = _workflow(geneva_session, state="in_progress", started_at=utcnow())
+    running = create_workflow(geneva_session, PresentFlow, state="in_progress", started_at=utcnow())
     assert _badges(geneva_session, running) == []
 
-    parked = _workflow(geneva_session)
+    parked = create_workflow(geneva_session, PresentFlow)
     _park(parked)
     assert _badges(geneva_session, parked) == ["waiting"]
     from geneva_drive.config import settings
@@ -113,14 +109,16 @@ def test_row_badges_say_overdue_stuck_and_waiting_too_long(geneva_session, monke
 
 
 def test_a_paused_workflows_preserved_execution_is_not_called_overdue(geneva_session):
-    paused = _workflow(geneva_session, scheduled_for=utcnow() - timedelta(minutes=5))
+    paused = create_workflow(
+        geneva_session, PresentFlow, scheduled_for=utcnow() - timedelta(minutes=5)
+    )
     paused.pause()
     geneva_session.commit()
     assert "overdue" not in _badges(geneva_session, paused)
 
 
 def test_execution_view_ends_at_finished_at(geneva_session):
-    workflow = _workflow(geneva_session)
+    workflow = create_workflow(geneva_session, PresentFlow)
     _park(workflow)
     workflow.skip()  # an operator skips the parked step: closed with finished_at
     geneva_session.commit()

@@ -14,8 +14,8 @@ from sqlalchemy import select, update
 from geneva_drive import Workflow, step
 from geneva_drive.dashboard import queries
 from geneva_drive.dashboard.queries import WorkflowFilters
-from geneva_drive.models import StepExecution, utcnow
-from tests.engine.helpers import make_order
+from geneva_drive.models import utcnow
+from tests.engine.helpers import create_workflow
 
 
 class QueryFlow(Workflow):
@@ -26,18 +26,6 @@ class QueryFlow(Workflow):
     @step
     def second(self) -> None:
         pass
-
-
-def _create(session, **current):  # type: ignore[no-untyped-def]
-    """A committed QueryFlow whose current execution gets ``current`` (column: value)."""
-    workflow = QueryFlow.create(hero=make_order(session))
-    session.commit()
-    if current:
-        session.execute(
-            update(StepExecution).where(StepExecution.workflow_id == workflow.id).values(**current)
-        )
-        session.commit()
-    return workflow
 
 
 def _ids(session, filters: WorkflowFilters) -> set[int]:  # type: ignore[no-untyped-def]
@@ -73,8 +61,8 @@ def test_parse_id_accepts_ascii_ids_within_range(value, expected):
 
 
 def test_filter_by_class_state_and_search(geneva_session):
-    ready = _create(geneva_session)
-    paused = _create(geneva_session)
+    ready = create_workflow(geneva_session, QueryFlow)
+    paused = create_workflow(geneva_session, QueryFlow)
     paused.pause()
     geneva_session.commit()
     assert _ids(geneva_session, WorkflowFilters(cls="QueryFlow")) >= {ready.id, paused.id}
@@ -86,9 +74,11 @@ def test_filter_by_class_state_and_search(geneva_session):
 
 def test_due_overdue_means_past_due_of_a_runnable_workflow(geneva_session):
     past = utcnow() - timedelta(minutes=5)
-    late = _create(geneva_session, scheduled_for=past)
-    on_time = _create(geneva_session, scheduled_for=utcnow() + timedelta(hours=1))
-    paused = _create(geneva_session, scheduled_for=past)
+    late = create_workflow(geneva_session, QueryFlow, scheduled_for=past)
+    on_time = create_workflow(
+        geneva_session, QueryFlow, scheduled_for=utcnow() + timedelta(hours=1)
+    )
+    paused = create_workflow(geneva_session, QueryFlow, scheduled_for=past)
     paused.pause()  # its preserved execution waits for resume() on purpose
     geneva_session.commit()
     found = _ids(geneva_session, WorkflowFilters(due="overdue"))
@@ -98,20 +88,20 @@ def test_due_overdue_means_past_due_of_a_runnable_workflow(geneva_session):
 
 def test_due_stuck_means_in_progress_past_the_threshold(geneva_session):
     long_ago = utcnow() - timedelta(hours=2)
-    stuck = _create(geneva_session, state="in_progress", started_at=long_ago)
+    stuck = create_workflow(geneva_session, QueryFlow, state="in_progress", started_at=long_ago)
     geneva_session.execute(
         update(Workflow)
         .where(Workflow.id == stuck.id)
         .values(state="performing", current_step_name="first")
     )
-    busy = _create(geneva_session, state="in_progress", started_at=utcnow())
+    busy = create_workflow(geneva_session, QueryFlow, state="in_progress", started_at=utcnow())
     geneva_session.commit()
     found = _ids(geneva_session, WorkflowFilters(due="stuck"))
     assert stuck.id in found and busy.id not in found
 
 
 def test_keyset_page_is_newest_first_with_cursors_both_ways(geneva_session):
-    made = sorted((_create(geneva_session).id for _ in range(3)), reverse=True)
+    made = sorted((create_workflow(geneva_session, QueryFlow).id for _ in range(3)), reverse=True)
     stmt = queries.filtered_workflows(WorkflowFilters(cls="QueryFlow"))
     first = queries.keyset_page(geneva_session, stmt, Workflow.id, limit=2)
     assert [w.id for w in first.items] == made[:2]
@@ -128,11 +118,15 @@ def test_keyset_page_is_newest_first_with_cursors_both_ways(geneva_session):
 
 def test_overview_stuck_scheduled_counts_what_housekeeping_recovers(app, geneva_session):
     stale = utcnow() - timedelta(hours=1)
-    _create(geneva_session, scheduled_for=stale)  # ready: housekeeping recovers it
-    paused = _create(geneva_session, scheduled_for=stale)
+    create_workflow(
+        geneva_session, QueryFlow, scheduled_for=stale
+    )  # ready: housekeeping recovers it
+    paused = create_workflow(geneva_session, QueryFlow, scheduled_for=stale)
     paused.pause()  # paused: housekeeping leaves it for resume()
     geneva_session.commit()
-    _create(geneva_session, scheduled_for=utcnow() - timedelta(minutes=1))  # overdue, not stuck
+    create_workflow(
+        geneva_session, QueryFlow, scheduled_for=utcnow() - timedelta(minutes=1)
+    )  # overdue, not stuck
     with app.app_context():
         numbers = queries.overview(geneva_session)
     assert numbers.stuck_scheduled == 1
@@ -141,7 +135,7 @@ def test_overview_stuck_scheduled_counts_what_housekeeping_recovers(app, geneva_
 
 
 def test_executions_of_lists_a_workflows_history_in_order(geneva_session):
-    workflow = _create(geneva_session)
+    workflow = create_workflow(geneva_session, QueryFlow)
     from geneva_drive.testing import speedrun_workflow
 
     speedrun_workflow(workflow)

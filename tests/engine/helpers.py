@@ -7,7 +7,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from geneva_drive import db
@@ -20,6 +20,20 @@ def make_order(session: Session, status: str = "new") -> Order:
     session.add(order)
     session.flush()
     return order
+
+
+def create_workflow(session: Session, cls: Any, **current: Any) -> Any:
+    """A ``cls`` workflow about a new order, committed (its after-commit hook has sent the
+    first step's message to the test transport). ``current`` (column: value) is then written
+    onto its current execution and committed: a test's way to age or mark it."""
+    workflow = cls.create(hero=make_order(session))
+    session.commit()
+    if current:
+        session.execute(
+            update(StepExecution).where(StepExecution.workflow_id == workflow.id).values(**current)
+        )
+        session.commit()
+    return workflow
 
 
 def make_account(session: Session) -> Account:

@@ -19,7 +19,7 @@ from geneva_drive.celery import (
     perform_step,
 )
 from geneva_drive.transport import Message
-from tests.conftest import Order
+from tests.engine.helpers import create_workflow
 
 
 class CeleryTaskWorkflow(Workflow):
@@ -34,24 +34,15 @@ class CeleryFailingWorkflow(Workflow):
         raise RuntimeError("step failed")
 
 
-def _create(session, cls):
-    order = Order()
-    session.add(order)
-    session.flush()
-    wf = cls.create(hero=order)
-    session.commit()
-    return wf
-
-
 def test_perform_step_runs_the_execution(geneva_session, geneva_transport):
-    wf = _create(geneva_session, CeleryTaskWorkflow)
+    wf = create_workflow(geneva_session, CeleryTaskWorkflow)
     perform_step(geneva_transport.execution_ids[0])
     geneva_session.expire_all()
     assert wf.state == "finished"
 
 
 def test_perform_step_reraises_the_steps_error_after_recording_it(geneva_session, geneva_transport):
-    wf = _create(geneva_session, CeleryFailingWorkflow)
+    wf = create_workflow(geneva_session, CeleryFailingWorkflow)
     with pytest.raises(RuntimeError, match="step failed"):
         perform_step(geneva_transport.execution_ids[0])
     geneva_session.expire_all()
@@ -135,5 +126,5 @@ def test_nothing_long_is_sent_with_a_countdown(geneva_session, geneva_transport)
         def much_later(self):
             pass
 
-    _create(geneva_session, CeleryLaterWorkflow)
+    create_workflow(geneva_session, CeleryLaterWorkflow)
     assert geneva_transport.messages == []

@@ -12,8 +12,7 @@ from sqlalchemy import select, update
 from geneva_drive import Workflow, db, settings, step
 from geneva_drive.dispatch import dispatch_due, run_dispatcher
 from geneva_drive.models import StepExecution, utcnow
-from tests.conftest import Order
-from tests.engine.helpers import assert_close, executions, make_order
+from tests.engine.helpers import assert_close, create_workflow, executions, make_order
 
 
 class DispatchLaterWorkflow(Workflow):
@@ -30,15 +29,6 @@ class DispatchNowWorkflow(Workflow):
         pass
 
 
-def _create(session, cls):
-    order = Order()
-    session.add(order)
-    session.flush()
-    wf = cls.create(hero=order)
-    session.commit()
-    return wf
-
-
 def _execution(session, wf):
     session.expire_all()
     return session.scalars(select(StepExecution).where(StepExecution.workflow_id == wf.id)).one()
@@ -47,7 +37,7 @@ def _execution(session, wf):
 def test_execution_beyond_horizon_is_not_sent_at_commit_nor_before_due(
     geneva_session, geneva_transport
 ):
-    wf = _create(geneva_session, DispatchLaterWorkflow)
+    wf = create_workflow(geneva_session, DispatchLaterWorkflow)
     assert geneva_transport.execution_ids == []
     assert dispatch_due() == 0
     assert dispatch_due(utcnow() + timedelta(days=2) - timedelta(minutes=1)) == 0
@@ -56,7 +46,7 @@ def test_execution_beyond_horizon_is_not_sent_at_commit_nor_before_due(
 
 
 def test_due_execution_is_sent_marked_and_given_a_job_id(geneva_session, geneva_transport):
-    wf = _create(geneva_session, DispatchLaterWorkflow)
+    wf = create_workflow(geneva_session, DispatchLaterWorkflow)
     execution = _execution(geneva_session, wf)
     execution.scheduled_for = utcnow() - timedelta(seconds=1)  # the two days have passed
     geneva_session.commit()
@@ -73,7 +63,7 @@ def test_due_execution_is_sent_marked_and_given_a_job_id(geneva_session, geneva_
 
 def test_sent_execution_is_resent_only_after_resend_interval(geneva_session, geneva_transport):
     settings.dispatch_resend_after = timedelta(minutes=2)
-    _create(geneva_session, DispatchLaterWorkflow)
+    create_workflow(geneva_session, DispatchLaterWorkflow)
     due = utcnow() + timedelta(days=2, seconds=1)
     assert dispatch_due(due) == 1
     assert dispatch_due(due + timedelta(minutes=1)) == 0
@@ -87,21 +77,21 @@ def test_sent_execution_is_resent_only_after_resend_interval(geneva_session, gen
 def test_execution_sent_at_commit_is_not_sent_again_by_the_next_sweep(
     geneva_session, geneva_transport
 ):
-    _create(geneva_session, DispatchNowWorkflow)
+    create_workflow(geneva_session, DispatchNowWorkflow)
     assert len(geneva_transport.messages) == 1
     assert dispatch_due() == 0
     assert len(geneva_transport.messages) == 1
 
 
 def test_lost_message_is_resent_as_a_backstop(geneva_session, geneva_transport):
-    wf = _create(geneva_session, DispatchNowWorkflow)
+    wf = create_workflow(geneva_session, DispatchNowWorkflow)
     geneva_transport.clear()  # the broker lost it
     assert dispatch_due(utcnow() + settings.dispatch_resend_after + timedelta(seconds=1)) == 1
     assert geneva_transport.execution_ids == [_execution(geneva_session, wf).id]
 
 
 def test_paused_workflow_is_not_dispatched(geneva_session, geneva_transport):
-    wf = _create(geneva_session, DispatchLaterWorkflow)
+    wf = create_workflow(geneva_session, DispatchLaterWorkflow)
     wf.pause()
     geneva_session.commit()
     assert dispatch_due(utcnow() + timedelta(days=3)) == 0
@@ -109,7 +99,7 @@ def test_paused_workflow_is_not_dispatched(geneva_session, geneva_transport):
 
 
 def test_sweep_covers_more_rows_than_one_batch(geneva_session, geneva_transport):
-    workflows = [_create(geneva_session, DispatchLaterWorkflow) for _ in range(7)]
+    workflows = [create_workflow(geneva_session, DispatchLaterWorkflow) for _ in range(7)]
     assert dispatch_due(utcnow() + timedelta(days=3), batch_size=3) == 7
     expected = {_execution(geneva_session, wf).id for wf in workflows}
     assert set(geneva_transport.execution_ids) == expected
@@ -117,8 +107,8 @@ def test_sweep_covers_more_rows_than_one_batch(geneva_session, geneva_transport)
 
 
 def test_oldest_due_execution_is_sent_first(geneva_session, geneva_transport):
-    first = _create(geneva_session, DispatchLaterWorkflow)
-    second = _create(geneva_session, DispatchLaterWorkflow)
+    first = create_workflow(geneva_session, DispatchLaterWorkflow)
+    second = create_workflow(geneva_session, DispatchLaterWorkflow)
     ex_second = _execution(geneva_session, second)
     ex_second.scheduled_for = ex_second.scheduled_for - timedelta(hours=1)
     geneva_session.commit()
@@ -127,7 +117,7 @@ def test_oldest_due_execution_is_sent_first(geneva_session, geneva_transport):
 
 
 def test_nothing_is_sent_when_the_sweep_rolls_back(geneva_session, geneva_transport, monkeypatch):
-    _create(geneva_session, DispatchLaterWorkflow)
+    create_workflow(geneva_session, DispatchLaterWorkflow)
     from sqlalchemy.orm import Session
 
     def broken_commit(self):
@@ -145,7 +135,7 @@ def test_nothing_is_sent_when_the_sweep_rolls_back(geneva_session, geneva_transp
 
 
 def test_run_dispatcher_sweeps_until_stopped(geneva_session, geneva_transport):
-    wf = _create(geneva_session, DispatchNowWorkflow)
+    wf = create_workflow(geneva_session, DispatchNowWorkflow)
     geneva_transport.clear()
     execution = _execution(geneva_session, wf)
     execution.sent_at = None  # as if the send had failed before it was recorded
@@ -175,7 +165,7 @@ def test_rows_locked_by_another_dispatcher_are_skipped_on_a_server_database(
             "SKIP LOCKED is PostgreSQL's and MariaDB's; SQLite serializes dispatchers with its "
             "write lock"
         )
-    wf = _create(geneva_session, DispatchLaterWorkflow)
+    wf = create_workflow(geneva_session, DispatchLaterWorkflow)
     later = utcnow() + timedelta(days=3)
     # Another dispatcher's open claim: the row is locked FOR UPDATE in this transaction.
     geneva_session.scalars(
@@ -195,7 +185,7 @@ class DispatchRoutedWorkflow(Workflow):
 
 
 def test_dispatched_message_carries_the_merged_job_options(geneva_session, geneva_transport):
-    wf = _create(geneva_session, DispatchRoutedWorkflow)
+    wf = create_workflow(geneva_session, DispatchRoutedWorkflow)
     execution = _execution(geneva_session, wf)
     execution.scheduled_for = utcnow() - timedelta(seconds=1)
     geneva_session.commit()

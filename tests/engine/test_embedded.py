@@ -9,12 +9,10 @@ import time
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import select
 
 from geneva_drive import IterableStep, Workflow, resumable_step, step, transport
 from geneva_drive.embedded import EmbeddedWorker
-from geneva_drive.models import StepExecution
-from tests.conftest import Order
+from tests.engine.helpers import create_workflow, executions
 
 
 class EmbeddedThreeStepWorkflow(Workflow):
@@ -57,26 +55,6 @@ def worker(geneva_session):
         transport.set_transport(previous)
 
 
-def _create(session, cls):
-    order = Order()
-    session.add(order)
-    session.flush()
-    wf = cls.create(hero=order)
-    session.commit()
-    return wf
-
-
-def _executions(session, wf):
-    session.expire_all()
-    return list(
-        session.scalars(
-            select(StepExecution)
-            .where(StepExecution.workflow_id == wf.id)
-            .order_by(StepExecution.id)
-        )
-    )
-
-
 def _wait(predicate, timeout=20.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -87,21 +65,21 @@ def _wait(predicate, timeout=20.0):
 
 
 def test_runs_due_steps_and_leaves_future_ones_scheduled(geneva_session, worker):
-    wf = _create(geneva_session, EmbeddedThreeStepWorkflow)
-    _wait(lambda: len(_executions(geneva_session, wf)) == 3)
-    _wait(lambda: _executions(geneva_session, wf)[1].state == "completed")
+    wf = create_workflow(geneva_session, EmbeddedThreeStepWorkflow)
+    _wait(lambda: len(executions(geneva_session, wf)) == 3)
+    _wait(lambda: executions(geneva_session, wf)[1].state == "completed")
     time.sleep(0.2)  # several polls: the day-long wait must not be run early
-    a, b, c = _executions(geneva_session, wf)
+    a, b, c = executions(geneva_session, wf)
     assert (a.state, b.state, c.state) == ("completed", "completed", "scheduled")
     assert worker.executed == 2
 
 
 def test_stop_hands_a_running_resumable_step_over_at_its_checkpoint(geneva_session, worker):
     _started.clear()
-    wf = _create(geneva_session, EmbeddedLongWalkWorkflow)
+    wf = create_workflow(geneva_session, EmbeddedLongWalkWorkflow)
     assert _started.wait(20)
     assert worker.stop(timeout=10)
-    first, successor = _executions(geneva_session, wf)
+    first, successor = executions(geneva_session, wf)
     assert (first.state, first.outcome) == ("completed", "continued")
     assert successor.state == "scheduled"
     assert successor.continues_from_id == first.id
@@ -116,7 +94,7 @@ def test_row_that_cannot_start_is_backed_off_not_spun(geneva_session, worker, mo
         raise RuntimeError("database is locked")
 
     monkeypatch.setattr("geneva_drive.embedded.executor.execute", broken_execute)
-    _create(geneva_session, EmbeddedThreeStepWorkflow)
+    create_workflow(geneva_session, EmbeddedThreeStepWorkflow)
     _wait(lambda: calls)
     time.sleep(0.3)
     # Polls every 20 ms, but the first retry only comes 0.5 s after the failure.

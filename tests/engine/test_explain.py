@@ -12,7 +12,7 @@ from geneva_drive import Workflow, removed_step, step
 from geneva_drive.explain import why_waiting, why_waiting_many
 from geneva_drive.models import OperatorAction, StepExecution, utcnow
 from geneva_drive.testing import perform_next_step
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 
 
 class ExplainFlow(Workflow):
@@ -32,9 +32,7 @@ class ExplainFlow(Workflow):
 
 
 def _make(session) -> ExplainFlow:
-    order = Order()
-    session.add(order)
-    session.flush()
+    order = make_order(session)
     workflow = ExplainFlow.create(hero=order, session=session)
     session.commit()
     return workflow

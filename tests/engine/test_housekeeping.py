@@ -15,7 +15,7 @@ from geneva_drive.housekeeping import HousekeepingReport
 from geneva_drive.instrumentation import set_error_reporter
 from geneva_drive.models import Signal, StepExecution, utcnow
 from geneva_drive.testing import run_iterations, speedrun_workflow
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 
 
 class HkTwoStepWorkflow(Workflow):
@@ -40,15 +40,8 @@ class HkResumableWorkflow(Workflow):
         it.iterate_over(range(10), lambda item: None)
 
 
-def _hero(session):
-    order = Order()
-    session.add(order)
-    session.flush()
-    return order
-
-
 def _create(session, cls=HkTwoStepWorkflow):
-    wf = cls.create(hero=_hero(session))
+    wf = cls.create(hero=make_order(session))
     session.commit()
     return wf
 

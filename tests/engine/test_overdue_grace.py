@@ -13,7 +13,7 @@ from geneva_drive import Workflow, metrics, step
 from geneva_drive.config import Settings, settings
 from geneva_drive.explain import why_waiting
 from geneva_drive.models import StepExecution, utcnow
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 
 
 class GraceFlow(Workflow):
@@ -23,9 +23,7 @@ class GraceFlow(Workflow):
 
 
 def _late_by(session, late: timedelta) -> GraceFlow:  # type: ignore[no-untyped-def]
-    order = Order()
-    session.add(order)
-    session.flush()
+    order = make_order(session)
     workflow = GraceFlow.create(hero=order, session=session)
     session.flush()
     session.execute(

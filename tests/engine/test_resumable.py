@@ -27,14 +27,7 @@ from geneva_drive.testing import (
     speedrun_workflow,
 )
 from tests.conftest import Order
-
-
-@pytest.fixture
-def order(geneva_session):
-    hero = Order()
-    geneva_session.add(hero)
-    geneva_session.flush()
-    return hero
+from tests.engine.helpers import make_order
 
 
 def chain(wf, step_name):
@@ -224,7 +217,7 @@ def test_assert_helpers_fail_with_the_gems_messages(order):
     with pytest.raises(AssertionError, match="Expected successor execution for step walk"):
         assert_step_has_successor(wf, "walk")
     # a successor that already ran is no longer scheduled
-    run = HelperFailFlow.create(hero=Order_for(wf))
+    run = HelperFailFlow.create(hero=make_order(wf.session))
     run_iterations(run, 1)
     assert_step_has_successor(run, "walk")
     speedrun_current_step(run)
@@ -240,14 +233,6 @@ def Order_for_id(order):
     session.add(other)
     session.commit()
     return other.id
-
-
-def Order_for(wf):
-    session = wf.session
-    hero = Order()
-    session.add(hero)
-    session.flush()
-    return hero
 
 
 def test_run_iterations_without_current_execution(order):
@@ -305,7 +290,7 @@ def test_speedrun_current_step_ignores_max_iterations_and_reports_loops(order):
         def walk(self, it):
             it.iterate_over(range(7), lambda _: None)
 
-    other = LongFlow.create(hero=Order_for(wf))
+    other = LongFlow.create(hero=make_order(wf.session))
     final = speedrun_current_step(other)
     assert final.cursor_value == 7
     assert len(chain(other, "walk")) == 1  # not interruptible: no chain at all
@@ -701,7 +686,7 @@ def test_cancel_skip_and_finish_behave_as_for_ordinary_steps(order):
         def after(self):
             pass
 
-    wf = SkipInsideFlow.create(hero=Order_for(wf))
+    wf = SkipInsideFlow.create(hero=make_order(wf.session))
     perform_next_step(wf)
     assert states(chain(wf, "walk")) == [("skipped", "skipped")]
     assert wf.next_step_name == "after"
@@ -716,7 +701,7 @@ def test_cancel_skip_and_finish_behave_as_for_ordinary_steps(order):
         def after(self):
             raise AssertionError("never runs")
 
-    wf = FinishInsideFlow.create(hero=Order_for(wf))
+    wf = FinishInsideFlow.create(hero=make_order(wf.session))
     perform_next_step(wf)
     assert states(chain(wf, "walk")) == [("completed", "success")]
     assert_workflow_state(wf, "finished")
@@ -1037,7 +1022,7 @@ def test_cursor_size_counts_utf8_bytes_and_none_disables_the_check(order):
         def walk(self, it):
             it.set("z" * 300_000)
 
-    other = HugeCursorFlow.create(hero=Order_for(wf))
+    other = HugeCursorFlow.create(hero=make_order(wf.session))
     perform_next_step(other)
     assert_workflow_state(other, "finished")
     assert len(chain(other, "walk")[0].cursor_value) == 300_000

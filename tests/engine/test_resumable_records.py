@@ -11,7 +11,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 from geneva_drive import Workflow, db, resumable_step
 from geneva_drive.models import Base
 from geneva_drive.testing import assert_cursor, perform_next_step, speedrun_workflow
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 
 
 class ResumableItem(Base):
@@ -21,14 +21,6 @@ class ResumableItem(Base):
     position: Mapped[int] = mapped_column(Integer, unique=True)
     created: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     processed: Mapped[int] = mapped_column(Integer, default=0)
-
-
-@pytest.fixture
-def order(geneva_session):
-    hero = Order()
-    geneva_session.add(hero)
-    geneva_session.flush()
-    return hero
 
 
 @pytest.fixture
@@ -234,9 +226,7 @@ def test_bad_cursor_column_and_batch_size_fail_the_step(order, items):
         def walk(self, it):
             it.iterate_over_batches(select(ResumableItem), print, batch_size=0)
 
-    other_hero = Order()
-    wf.session.add(other_hero)
-    wf.session.flush()
+    other_hero = make_order(wf.session)
     wf2 = BadBatchFlow.create(hero=other_hero)
     with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         perform_next_step(wf2)

@@ -13,22 +13,7 @@ from geneva_drive import SignalMatcher, Workflow, db, settings, step
 from geneva_drive.errors import SignalPayloadTooLargeError, WorkflowNotOngoing
 from geneva_drive.models import Signal, StepExecution
 from geneva_drive.testing import perform_next_step, speedrun_workflow
-from tests.conftest import Order
-
-
-@pytest.fixture
-def order(geneva_session):
-    hero = Order()
-    geneva_session.add(hero)
-    geneva_session.flush()
-    return hero
-
-
-def new_order(session):
-    hero = Order()
-    session.add(hero)
-    session.flush()
-    return hero
+from tests.engine.helpers import make_order
 
 
 def signal_rows(session, wf=None):
@@ -153,7 +138,7 @@ def test_same_key_returns_the_first_row_flagged_duplicate(order, geneva_session)
 
 def test_dedup_is_per_workflow_name_and_key(order, geneva_session):
     wf = GoFlow.create(hero=order)
-    other_wf = GoFlow.create(hero=new_order(geneva_session))
+    other_wf = GoFlow.create(hero=make_order(geneva_session))
     a = wf.signal("go", idempotency_key="k")
     b = wf.signal("stop", idempotency_key="k")
     c = other_wf.signal("go", idempotency_key="k")

@@ -30,14 +30,7 @@ from geneva_drive.testing import (
 )
 from geneva_drive.workflow import unregister
 from tests.conftest import Order
-
-
-@pytest.fixture
-def order(geneva_session):
-    hero = Order()
-    geneva_session.add(hero)
-    geneva_session.flush()
-    return hero
+from tests.engine.helpers import make_order
 
 
 def executions(wf, name=None):
@@ -318,7 +311,7 @@ def test_signal_matcher_where_sees_the_live_workflow_and_the_payload(order, gene
 
     # at the gate: the executor's live instance, the same object the step body runs on
     seen.clear()
-    again = ThresholdFlow.create(hero=_new_order(geneva_session))
+    again = ThresholdFlow.create(hero=make_order(geneva_session))
     again.signal("paid", payload={"amount": 500})
     speedrun_workflow(again)
     assert len(bodies) == 2
@@ -736,7 +729,7 @@ def test_operator_cancel_frees_a_parked_workflow_and_keeps_a_claim(order, geneva
     assert reload(geneva_session, parked).state == "canceled"
     assert wf.state == "canceled"
 
-    other = ConfirmFlow.create(hero=_new_order(geneva_session))
+    other = ConfirmFlow.create(hero=make_order(geneva_session))
     perform_next_step(other)
     perform_next_step(other)
     signal = other.signal("payment_confirmed", payload={"amount_cents": 1})
@@ -744,13 +737,6 @@ def test_operator_cancel_frees_a_parked_workflow_and_keeps_a_claim(order, geneva
     other.cancel()
     geneva_session.commit()
     assert reload(geneva_session, signal).state == "claimed"
-
-
-def _new_order(session):
-    hero = Order()
-    session.add(hero)
-    session.flush()
-    return hero
 
 
 def test_pause_keeps_a_parked_execution_waiting(order, geneva_session, geneva_transport):

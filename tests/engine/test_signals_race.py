@@ -18,7 +18,7 @@ from sqlalchemy import select
 from geneva_drive import Workflow, db, executor, step
 from geneva_drive.models import Signal, StepExecution
 from tests.backends import SERVER_ONLY_REASON, on_server_database
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 
 
 def _on_server_database() -> bool:
@@ -40,9 +40,7 @@ class RaceFlow(Workflow):
 def _new_workflow() -> tuple[int, int]:
     session = db.SessionFactory()
     try:
-        hero = Order()
-        session.add(hero)
-        session.flush()
+        hero = make_order(session)
         wf = RaceFlow.create(hero=hero, session=session)
         session.commit()
         return wf.id, wf.current_execution.id

@@ -2,7 +2,7 @@ from datetime import timedelta
 
 from geneva_drive import Workflow, step
 from geneva_drive.testing import speedrun_workflow
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 
 
 def test_three_steps_run_in_order(geneva_session):
@@ -21,9 +21,7 @@ def test_three_steps_run_in_order(geneva_session):
         def three(self):
             calls.append("three")
 
-    order = Order()
-    geneva_session.add(order)
-    geneva_session.flush()
+    order = make_order(geneva_session)
     wf = SmokeWorkflow.create(hero=order)
     assert wf.next_step_name == "one"
     speedrun_workflow(wf)

@@ -6,28 +6,21 @@ recovered by housekeeping."""
 from __future__ import annotations
 
 import time
-import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from geneva_drive import db, housekeeping, settings
-from geneva_drive.celery import CeleryTransport, make_celery
 from geneva_drive.models import StepExecution
 from geneva_drive.transport import Message, new_job_id
 from geneva_drive.workflow import Workflow
 from tests.integration.conftest import (
-    AMQP_URL,
     BIN,
-    REDIS_URL,
     Process,
-    SharedDatabase,
+    Worker,
     create_workflow,
     executions,
     process_env,
-    require_service,
     wait_for_state,
     wait_until,
 )
@@ -42,93 +35,6 @@ from tests.integration.flows import (
 )
 
 pytestmark = pytest.mark.integration
-
-BROKERS = {"redis": ("Redis", REDIS_URL), "rabbitmq": ("RabbitMQ", AMQP_URL)}
-
-
-@dataclass
-class Broker:
-    name: str
-    url: str
-
-
-@pytest.fixture(scope="module", params=sorted(BROKERS))
-def broker(request: pytest.FixtureRequest) -> Broker:
-    label, url = BROKERS[request.param]
-    require_service(label, url)
-    return Broker(request.param, url)
-
-
-class Worker:
-    """``celery -A geneva_drive.celery worker`` on its own queue; restartable on the same queue."""
-
-    def __init__(
-        self, database: SharedDatabase, broker: Broker, directory: Path, pool: str, concurrency: int
-    ) -> None:
-        self.database = database
-        self.broker = broker
-        self.directory = directory
-        self.pool = pool
-        self.concurrency = concurrency
-        self.queue = f"gd-it-{uuid.uuid4().hex[:8]}"
-        self.log = directory / f"{self.queue}.steps.log"
-        celery = make_celery(broker.url)
-        celery.conf.task_default_queue = self.queue
-        self.transport = CeleryTransport(celery)
-        self.process = self._start(1)
-
-    def _start(self, generation: int) -> Process:
-        env = process_env(
-            self.database,
-            self.log,
-            GENEVA_BROKER_URL=self.broker.url,
-            GENEVA_DEFAULT_QUEUE=self.queue,
-        )
-        name = f"{self.queue}-{generation}"
-        process = Process(
-            [
-                str(BIN / "celery"),
-                "-A",
-                "geneva_drive.celery",
-                "worker",
-                f"--pool={self.pool}",
-                "-c",
-                str(self.concurrency),
-                "--loglevel=INFO",
-                "-Q",
-                self.queue,
-                "-n",
-                f"{name}@%h",
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
-            env,
-            self.directory / f"{name}.worker.log",
-        )
-        process.wait_for_output(" ready.", timeout=60)
-        return process
-
-    def restart(self) -> None:
-        self.process = self._start(2)
-
-    def close(self) -> None:
-        self.process.stop()
-        self.transport.celery.close()
-
-
-@pytest.fixture(scope="module")
-def worker(
-    broker: Broker,
-    shared_database: SharedDatabase,
-    short_horizon: None,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Worker]:
-    started = Worker(shared_database, broker, tmp_path_factory.mktemp(broker.name), "prefork", 2)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def test_workflow_with_waits_completes(worker: Worker, use_transport) -> None:

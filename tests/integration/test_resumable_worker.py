@@ -12,26 +12,19 @@ from collections.abc import Iterator
 import pytest
 
 from tests.integration.conftest import (
+    Broker,
     SharedDatabase,
+    Worker,
     create_workflow,
     executions,
-    require_service,
     wait_for_state,
     wait_until,
 )
 from tests.integration.flows import ItLongResumableWorkflow, recorded
-from tests.integration.test_celery_workers import BROKERS, Broker, Worker
 
 pytestmark = pytest.mark.integration
 
 ITEMS = [f"item-{n}" for n in range(30)]
-
-
-@pytest.fixture(scope="module", params=sorted(BROKERS))
-def broker(request: pytest.FixtureRequest) -> Broker:
-    label, url = BROKERS[request.param]
-    require_service(label, url)
-    return Broker(request.param, url)
 
 
 @pytest.fixture(params=["solo-sigterm", "prefork-sigterm", "prefork-ctrl-c"])

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 from sqlalchemy import select
@@ -15,17 +14,15 @@ from geneva_drive import db
 from geneva_drive.models import Signal
 from tests.integration.conftest import (
     ROOT,
-    SharedDatabase,
+    Worker,
     create_workflow,
     executions,
     process_env,
-    require_service,
     wait_for_state,
     wait_until,
     workflow_state,
 )
 from tests.integration.flows import ItSignalWorkflow, recorded
-from tests.integration.test_celery_workers import BROKERS, Broker, Worker
 
 pytestmark = pytest.mark.integration
 
@@ -42,27 +39,6 @@ with db.transaction() as session:
     session.flush()
     print("signal", signal.id, signal.duplicate_delivery, flush=True)
 """
-
-
-@pytest.fixture(scope="module", params=sorted(BROKERS))
-def broker(request: pytest.FixtureRequest) -> Broker:
-    label, url = BROKERS[request.param]
-    require_service(label, url)
-    return Broker(request.param, url)
-
-
-@pytest.fixture(scope="module")
-def worker(
-    broker: Broker,
-    shared_database: SharedDatabase,
-    short_horizon: None,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[Worker]:
-    started = Worker(shared_database, broker, tmp_path_factory.mktemp(broker.name), "prefork", 2)
-    try:
-        yield started
-    finally:
-        started.close()
 
 
 def send_from_another_process(worker: Worker, workflow_id: int) -> str:

@@ -62,10 +62,16 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
-    done = subprocess.run(
+def _attempt(
+    args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
         args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+def _run(args: list[str], cwd: Path, env: dict[str, str], timeout: float = 600) -> str:
+    done = _attempt(args, cwd, env, timeout)
     assert done.returncode == 0, f"{args} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr
 
@@ -203,30 +209,24 @@ def test_the_wheel_alone_runs_every_role(venv: Path, outside: Path, started: lis
 def test_a_worker_with_a_broken_setting_refuses_to_start(venv: Path, outside: Path) -> None:
     bin_ = venv / "bin"
     env = _clean_env(venv, outside, GENEVA_BROKER_URL=REDIS_URL)
-    no_db = subprocess.run(
-        [str(bin_ / "celery"), "-A", "geneva_drive.celery", "worker", "-P", "solo", "-l", "INFO"],
-        cwd=outside,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    worker = [
+        str(bin_ / "celery"),
+        "-A",
+        "geneva_drive.celery",
+        "worker",
+        "-P",
+        "solo",
+        "-l",
+        "INFO",
+    ]
+    no_db = _attempt(worker, outside, env, timeout=60)
     assert no_db.returncode != 0
     assert "GENEVA_DATABASE_URL is not set" in no_db.stderr
     assert not (outside / "var").exists()  # no silent SQLite file
 
     env["GENEVA_DATABASE_URL"] = f"sqlite:///{outside / 'x.sqlite3'}"
     env["GENEVA_WORKFLOW_MODULES"] = "myshop.nonexistent"
-    bad_module = subprocess.run(
-        [str(bin_ / "celery"), "-A", "geneva_drive.celery", "worker", "-P", "solo", "-l", "INFO"],
-        cwd=outside,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    bad_module = _attempt(worker, outside, env, timeout=60)
     assert bad_module.returncode != 0
     assert "myshop.nonexistent" in bad_module.stderr and "ready." not in bad_module.stderr
 

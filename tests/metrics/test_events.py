@@ -13,7 +13,7 @@ from geneva_drive import Workflow, housekeeping, instrumentation, prometheus, st
 from geneva_drive.housekeeping import HousekeepingReport
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.testing import perform_next_step, speedrun_workflow
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 
 
 @pytest.fixture(autouse=True)
@@ -49,13 +49,6 @@ class MetricsSignalWorkflow(Workflow):
         pass
 
 
-def _hero(session):  # type: ignore[no-untyped-def]
-    order = Order()
-    session.add(order)
-    session.flush()
-    return order
-
-
 def test_step_outcomes_and_durations_are_counted(geneva_session):
     labels = {"workflow": "metrics_events_flow"}
     before = {
@@ -67,7 +60,7 @@ def test_step_outcomes_and_durations_are_counted(geneva_session):
                            outcome="exception"),
         "duration": value("geneva_drive_step_duration_seconds_count", **labels, step="first"),
     }  # fmt: skip
-    wf = MetricsEventsWorkflow.create(hero=_hero(geneva_session))
+    wf = MetricsEventsWorkflow.create(hero=make_order(geneva_session))
     with pytest.raises(ValueError):
         speedrun_workflow(wf)
     assert wf.state == "canceled"
@@ -93,7 +86,7 @@ def test_start_delay_is_started_at_minus_scheduled_for(geneva_session):
     le30 = value("geneva_drive_step_start_delay_seconds_bucket", **labels, le="30.0")
     le60 = value("geneva_drive_step_start_delay_seconds_bucket", **labels, le="60.0")
 
-    wf = MetricsEventsWorkflow.create(hero=_hero(geneva_session))
+    wf = MetricsEventsWorkflow.create(hero=make_order(geneva_session))
     geneva_session.execute(
         update(StepExecution)
         .where(StepExecution.workflow_id == wf.id)
@@ -113,7 +106,7 @@ def test_signals_are_counted_by_result_under_the_stored_type(geneva_session):
     delivered = value("geneva_drive_signals_total", **labels, result="delivered")
     duplicate = value("geneva_drive_signals_total", **labels, result="duplicate")
 
-    wf = MetricsSignalWorkflow.create(hero=_hero(geneva_session))
+    wf = MetricsSignalWorkflow.create(hero=make_order(geneva_session))
     geneva_session.commit()
     wf.signal("go", {"n": 1}, idempotency_key="k-1")
     wf.signal("go", {"n": 1}, idempotency_key="k-1")

@@ -21,7 +21,7 @@ from geneva_drive import db, executor
 from geneva_drive.models import StepExecution
 from geneva_drive.states import RUNNABLE_WORKFLOW_STATES, StepState
 from geneva_drive.workflow import Workflow
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 
 
 def backend() -> str:
@@ -136,11 +136,15 @@ def session_scope() -> Iterator[Session]:
         yield session
 
 
+def new_order_id() -> int:
+    """A new order (a hero), committed; its id."""
+    with session_scope() as session:
+        return make_order(session).id
+
+
 def new_workflow(cls: type[Workflow], **kwargs: Any) -> int:
     with session_scope() as session:
-        order = Order()
-        session.add(order)
-        session.flush()
+        order = make_order(session)
         workflow = cls.create(hero=order, session=session, **kwargs)
         return int(workflow.id)
 
@@ -172,6 +176,87 @@ def act(workflow_id: int, action: str, *args: Any) -> Any:
         assert workflow is not None
         result = getattr(workflow, action)(*args)
         return result.id if isinstance(result, StepExecution) else result
+
+
+class BodyGate:
+    """Holds a step body (or a worker's hand-off) at the point it calls :meth:`hold` while the
+    test, in its own transactions, acts as an operator; then lets it go on.
+
+    The interleaving is exact: the worker thread is inside the body (no lock held, no
+    transaction open) while the operator's transaction runs. A body holds only until the test
+    has released it once, so a rerun of the same body goes straight through.
+    """
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.released = threading.Event()
+
+    def reset(self) -> None:
+        self.entered.clear()
+        self.released.clear()
+
+    def hold(self) -> None:
+        """Called by the body: hold here until the test releases (once released, a no-op)."""
+        if self.released.is_set():
+            return
+        self.entered.set()
+        assert self.released.wait(20), "test never released the step body"
+
+    def run_held(
+        self,
+        workflow_id: int,
+        *operator_actions: tuple[Any, ...],
+        budget: Any = None,
+        while_held: Callable[[], None] | None = None,
+        keep_errors: bool = False,
+    ) -> list[Any]:
+        """Run the workflow's current execution in a worker thread, apply the operator actions
+        (``("pause",)``, ``("resume_at", "c")``, …) while it is held, then release it and wait
+        for the worker's finalize. Returns what each action returned; with ``keep_errors`` an
+        action that raises gives its exception in that place instead of failing the test.
+        ``budget`` runs the worker with inline successors (engine/inline.py);
+        ``while_held`` checks the rows before the operator acts."""
+        execution_id = current_execution_id(workflow_id)
+        assert execution_id is not None, f"workflow {workflow_id} has no execution to run"
+        errors: list[BaseException] = []
+
+        def worker() -> None:
+            try:
+                executor.execute(execution_id, budget=budget)
+            except BaseException as error:
+                errors.append(error)
+
+        thread = threading.Thread(target=worker, daemon=True)
+        thread.start()
+        try:
+            assert self.entered.wait(20), "the worker never reached the held point"
+            if while_held is not None:
+                while_held()
+            outcomes: list[Any] = []
+            for action in operator_actions:
+                try:
+                    outcomes.append(act(workflow_id, *action))
+                except Exception as error:
+                    if not keep_errors:
+                        raise
+                    outcomes.append(error)
+        finally:
+            self.released.set()
+            thread.join(20)
+        assert not thread.is_alive(), "the worker did not finish after the release"
+        assert errors == [], errors
+        return outcomes
+
+
+def step_history(workflow_id: int) -> list[tuple[str, str, str | None]]:
+    """``(step name, state, outcome)`` of every execution of the workflow, oldest first."""
+    with session_scope() as session:
+        rows = session.execute(
+            select(StepExecution.step_name, StepExecution.state, StepExecution.outcome)
+            .where(StepExecution.workflow_id == workflow_id)
+            .order_by(StepExecution.id)
+        )
+        return [(name, state, outcome) for name, state, outcome in rows]
 
 
 def drain(max_rounds: int = 200, *, swallow: bool = True) -> int:

@@ -22,7 +22,7 @@ from geneva_drive.models import OperatorAction, Signal, StepExecution
 from geneva_drive.testing import speedrun_workflow
 from geneva_drive.workflow import Workflow
 from tests.app.conftest import CSRF, DashPayment, app_config, login
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 
 HYPO = hsettings(
     max_examples=60,
@@ -132,9 +132,7 @@ def workflows(geneva_session) -> dict[str, int]:
     """A paused one (charge failed), a parked one (at the confirm gate), a fresh ready one."""
     made = {}
     for kind in ("paused", "parked", "ready"):
-        order = Order()
-        geneva_session.add(order)
-        geneva_session.flush()
+        order = make_order(geneva_session)
         wf = DashPayment.create(hero=order, session=geneva_session)
         geneva_session.commit()
         if kind != "ready":

@@ -6,17 +6,15 @@ body (no lock held, no transaction open) while the operator acts in its own tran
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 
-from geneva_drive import IterableStep, Workflow, executor, inline, resumable_step, step
+from geneva_drive import IterableStep, Workflow, inline, resumable_step, step
 from geneva_drive.errors import InvalidStateError
 from geneva_drive.instrumentation import inline_successor
 from tests.reliability.harness import (
+    BodyGate,
     Ledger,
     act,
-    current_execution_id,
     drain,
     new_workflow,
     workflow_state,
@@ -24,21 +22,14 @@ from tests.reliability.harness import (
 from tests.reliability.invariants import assert_invariants
 
 LEDGER = Ledger()
-ENTERED = threading.Event()
-RELEASE = threading.Event()
-
-
-def _block() -> None:
-    ENTERED.set()
-    assert RELEASE.wait(20), "test never released the step body"
+GATE = BodyGate()
 
 
 class HeldStepWorkflow(Workflow):
     @step
     def one(self):
         LEDGER.record(self.id, "one")
-        if not RELEASE.is_set():
-            _block()
+        GATE.hold()
 
     @step
     def two(self):
@@ -54,8 +45,8 @@ class HeldResumableWorkflow(Workflow):
     def walk(self, it: IterableStep):
         def visit(item):
             LEDGER.record(self.id, f"item{item}")
-            if item == 1 and not RELEASE.is_set():
-                _block()
+            if item == 1:
+                GATE.hold()
 
         it.iterate_over(range(4), visit)
 
@@ -67,38 +58,15 @@ class HeldResumableWorkflow(Workflow):
 @pytest.fixture(autouse=True)
 def _reset():
     LEDGER.clear()
-    ENTERED.clear()
-    RELEASE.clear()
+    GATE.reset()
     yield
-    RELEASE.set()
+    GATE.released.set()
 
 
 def run_with_held_body(workflow_id: int, *operator_actions: tuple) -> list:
-    """Start the current execution in a worker thread, apply the operator actions while its
-    body is held, then release it. Returns what each action returned (or raised)."""
-    execution_id = current_execution_id(workflow_id)
-    errors: list[BaseException] = []
-
-    def worker():
-        try:
-            executor.execute(execution_id)
-        except BaseException as error:
-            errors.append(error)
-
-    thread = threading.Thread(target=worker, daemon=True)
-    thread.start()
-    assert ENTERED.wait(20), "the step body never started"
-    outcomes = []
-    for action in operator_actions:
-        try:
-            outcomes.append(act(workflow_id, *action))
-        except Exception as error:
-            outcomes.append(error)
-    RELEASE.set()
-    thread.join(20)
-    assert not thread.is_alive()
-    assert errors == [], errors
-    return outcomes
+    """The operator acts while the current step's body is held; a refused action gives its
+    exception in the returned list."""
+    return GATE.run_held(workflow_id, *operator_actions, keep_errors=True)
 
 
 def test_pause_while_step_runs_discards_the_result_and_resume_reruns_it(rdb):
@@ -202,42 +170,30 @@ class InlineChainWorkflow(Workflow):
 def run_with_held_hand_off(workflow_id: int, *operator_actions: tuple) -> list:
     """Run the workflow's current execution as a worker with inline successors does, holding
     the worker between ``one``'s commit and the claim of ``two`` while the operator acts."""
-    execution_id = current_execution_id(workflow_id)
-    errors: list[BaseException] = []
     hand_offs: list[dict] = []
 
     def held(_sender, **payload):
         hand_offs.append(payload)
         if len(hand_offs) == 1:
-            _block()
+            GATE.hold()
 
-    def worker():
-        try:
-            executor.execute(execution_id, budget=inline.Budget())
-        except BaseException as error:
-            errors.append(error)
-
-    inline_successor.connect(held)
-    try:
-        thread = threading.Thread(target=worker, daemon=True)
-        thread.start()
-        assert ENTERED.wait(20), "the worker never reached the hand-off to two"
+    def one_committed_two_unclaimed() -> None:
         # one's outcome is committed; two is scheduled, unsent, not yet claimed.
         assert workflow_state(workflow_id) == "ready"
         assert LEDGER.count(workflow_id, "one") == 1
         assert LEDGER.count(workflow_id, "two") == 0
-        outcomes = []
-        for action in operator_actions:
-            try:
-                outcomes.append(act(workflow_id, *action))
-            except Exception as error:
-                outcomes.append(error)
-        RELEASE.set()
-        thread.join(20)
-        assert not thread.is_alive()
+
+    inline_successor.connect(held)
+    try:
+        outcomes = GATE.run_held(
+            workflow_id,
+            *operator_actions,
+            budget=inline.Budget(),
+            while_held=one_committed_two_unclaimed,
+            keep_errors=True,
+        )
     finally:
         inline_successor.disconnect(held)
-    assert errors == [], errors
     assert hand_offs[0]["workflow_id"] == workflow_id
     return outcomes
 

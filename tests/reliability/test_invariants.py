@@ -12,7 +12,7 @@ from geneva_drive import Workflow, step
 from geneva_drive.models import utcnow
 from geneva_drive.states import FINAL_STEP_STATES
 from geneva_drive.testing import speedrun_workflow
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 from tests.reliability.invariants import (
     assert_invariants,
     check_body_runs,
@@ -157,9 +157,7 @@ def test_a_body_run_after_its_execution_closed_is_reported(geneva_session):
         def one(self):
             pass
 
-    order = Order()
-    geneva_session.add(order)
-    geneva_session.flush()
+    order = make_order(geneva_session)
     workflow = InvariantBodyProbe.create(hero=order)
     speedrun_workflow(workflow)
     [execution] = workflow.step_executions
@@ -182,13 +180,9 @@ def test_healthy_database_passes_and_damage_is_found(geneva_session):
             pass
 
     for _ in range(3):
-        order = Order()
-        geneva_session.add(order)
-        geneva_session.flush()
+        order = make_order(geneva_session)
         speedrun_workflow(InvariantProbeWorkflow.create(hero=order))
-    order = Order()
-    geneva_session.add(order)
-    geneva_session.flush()
+    order = make_order(geneva_session)
     waiting = InvariantProbeWorkflow.create(hero=order)
     geneva_session.commit()
     report = assert_invariants(geneva_session.get_bind(), quiescent=True)

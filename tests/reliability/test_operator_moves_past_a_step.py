@@ -7,44 +7,37 @@ finalize sees what the operator did. Runs on SQLite and PostgreSQL (GENEVA_TEST_
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime
 
 import pytest
-from sqlalchemy import select
 
 from geneva_drive import IterableStep, Workflow, executor, removed_step, resumable_step, step
 from geneva_drive.models import StepExecution, utcnow
 from tests.reliability.harness import (
+    BodyGate,
     Ledger,
     act,
     current_execution_id,
     drain,
     new_workflow,
     session_scope,
+    step_history,
     workflow_state,
 )
 from tests.reliability.invariants import assert_body_runs_in_progress, assert_invariants
 
 LEDGER = Ledger()
-ENTERED = threading.Event()
-RELEASE = threading.Event()
+GATE = BodyGate()
 #: (execution id, when) of every resumable item that ran: no body may run for a closed execution.
 BODY_RUNS: list[tuple[int, datetime]] = []
 RAISED_ONCE: list[bool] = []
-
-
-def _block() -> None:
-    ENTERED.set()
-    assert RELEASE.wait(20), "test never released the step body"
 
 
 class SkipIntoSkippedStep(Workflow):
     @step
     def a(self):
         LEDGER.record(self.id, "a")
-        if not RELEASE.is_set():
-            _block()
+        GATE.hold()
 
     @step(skip_if=True)
     def b(self):
@@ -59,8 +52,7 @@ class SkipIntoFlakyCondition(Workflow):
     @step
     def a(self):
         LEDGER.record(self.id, "a")
-        if not RELEASE.is_set():
-            _block()
+        GATE.hold()
 
     @step(skip_if="flaky_condition", on_exception="reattempt")
     def b(self):
@@ -83,8 +75,8 @@ class HeldWalk(Workflow):
         def visit(item):
             BODY_RUNS.append((it.execution.id, utcnow()))
             LEDGER.record(self.id, f"item{item}")
-            if item == 1 and not RELEASE.is_set():
-                _block()
+            if item == 1:
+                GATE.hold()
 
         it.iterate_over(range(5), visit)
 
@@ -96,45 +88,16 @@ class HeldWalk(Workflow):
 @pytest.fixture(autouse=True)
 def _reset():
     LEDGER.clear()
-    ENTERED.clear()
-    RELEASE.clear()
+    GATE.reset()
     BODY_RUNS.clear()
     RAISED_ONCE.clear()
     yield
-    RELEASE.set()
+    GATE.released.set()
 
 
 def run_with_held_body(workflow_id: int, *operator_actions: tuple) -> list:
-    """Start the current execution in a worker thread, apply the operator actions while its
-    body is held, then release it and wait for the worker's finalize."""
-    execution_id = current_execution_id(workflow_id)
-    errors: list[BaseException] = []
-
-    def worker():
-        try:
-            executor.execute(execution_id)
-        except BaseException as error:
-            errors.append(error)
-
-    thread = threading.Thread(target=worker, daemon=True)
-    thread.start()
-    assert ENTERED.wait(20), "the step body never started"
-    outcomes = [act(workflow_id, *action) for action in operator_actions]
-    RELEASE.set()
-    thread.join(20)
-    assert not thread.is_alive()
-    assert errors == [], errors
-    return outcomes
-
-
-def step_history(workflow_id: int) -> list[tuple[str, str, str | None]]:
-    with session_scope() as session:
-        rows = session.execute(
-            select(StepExecution.step_name, StepExecution.state, StepExecution.outcome)
-            .where(StepExecution.workflow_id == workflow_id)
-            .order_by(StepExecution.id)
-        )
-        return [tuple(row) for row in rows]
+    """The operator acts while the current step's body is held; every action must succeed."""
+    return GATE.run_held(workflow_id, *operator_actions)
 
 
 # --- item 1: skip after a pause mid-step counts from the step the operator skipped ------------

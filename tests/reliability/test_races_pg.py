@@ -29,6 +29,7 @@ from tests.reliability.harness import (
     act,
     current_execution_id,
     drain,
+    new_order_id,
     new_workflow,
     requires_postgres,
     session_scope,
@@ -154,11 +155,7 @@ def test_same_executions_delivered_to_several_processes_run_once(rdb, tmp_path):
 
 def test_concurrent_create_for_one_hero_has_one_winner(rdb):
     for _ in range(10):
-        with session_scope() as session:
-            order = Order()
-            session.add(order)
-            session.flush()
-            order_id = order.id
+        order_id = new_order_id()
 
         def create(order_id=order_id):
             with session_scope() as session:

@@ -23,6 +23,7 @@ from tests.reliability.harness import (
     act,
     current_execution_id,
     drain,
+    new_order_id,
     new_workflow,
     requires_sqlite,
     session_scope,
@@ -68,11 +69,7 @@ def test_same_execution_executed_by_several_threads_runs_once(rdb):
 
 def test_concurrent_create_for_one_hero(rdb):
     for _ in range(5):
-        with session_scope() as session:
-            order = Order()
-            session.add(order)
-            session.flush()
-            order_id = order.id
+        order_id = new_order_id()
 
         def create(order_id=order_id):
             with session_scope() as session:

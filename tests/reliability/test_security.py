@@ -12,7 +12,7 @@ from werkzeug.security import generate_password_hash
 
 from geneva_drive.testing import speedrun_workflow
 from tests.app.conftest import CSRF, USERS, DashPayment, login
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 from tests.reliability.conftest import SECRET_KEY
 from tests.reliability.test_hostile_dashboard import engine_rows
 
@@ -28,9 +28,7 @@ def app(build):
 def wf_ids(geneva_session) -> dict[str, int]:
     made = {}
     for kind in ("paused", "parked"):
-        order = Order()
-        geneva_session.add(order)
-        geneva_session.flush()
+        order = make_order(geneva_session)
         wf = DashPayment.create(hero=order, session=geneva_session)
         geneva_session.commit()
         DashPayment.fail_charge = kind == "paused"

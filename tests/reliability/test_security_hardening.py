@@ -28,15 +28,13 @@ from geneva_drive.models import OperatorAction
 from geneva_drive.testing import speedrun_workflow
 from geneva_drive.workflow import Workflow
 from tests.app.conftest import CSRF, DashPayment, app_config, login
-from tests.conftest import Order
+from tests.engine.helpers import make_order
 
 
 @pytest.fixture
 def paused_id(geneva_session) -> int:
     """A DashPayment paused after its charge step failed."""
-    order = Order()
-    geneva_session.add(order)
-    geneva_session.flush()
+    order = make_order(geneva_session)
     wf = DashPayment.create(hero=order, session=geneva_session)
     geneva_session.commit()
     DashPayment.fail_charge = True
@@ -59,9 +57,7 @@ def logs(caplog):
 def _make_workflows(geneva_session, n: int) -> list[int]:
     ids = []
     for _ in range(n):
-        order = Order()
-        geneva_session.add(order)
-        geneva_session.flush()
+        order = make_order(geneva_session)
         ids.append(DashPayment.create(hero=order, session=geneva_session).id)
     geneva_session.commit()
     return ids
@@ -569,9 +565,7 @@ def test_origin_is_checked_when_sec_fetch_site_is_absent(build, paused_id, genev
 
 def test_a_400000_digit_number_in_a_payload_is_a_clear_400(build, geneva_session):
     client = login(build().test_client(), "olga")
-    order = Order()
-    geneva_session.add(order)
-    geneva_session.flush()
+    order = make_order(geneva_session)
     wf = DashPayment.create(hero=order, session=geneva_session)
     geneva_session.commit()
     response = client.post(
