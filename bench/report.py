@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common import BENCH, read_result
+from bench.common import BENCH, read_result
 
 
 def g(d: Any, path: str, default: Any = None) -> Any:
@@ -74,7 +74,7 @@ def render() -> str:
     emb = read_result("engine_embedded") or {}
     b7 = read_result("b7_housekeeping") or {}
     b8 = read_result("b8_dashboard") or {}
-    # This run's B9 (bench/bench_metrics.py writes bench/results/bench_metrics.json; run.py
+    # This run's B9 (bench/engine_metrics.py writes bench/results/bench_metrics.json; run.py
     # copies this run's file into bench/out/ so the tracked one keeps its owner's figures).
     b9 = read_result("b9_bench_metrics") or {}
     env = meta.get("env", {})
@@ -113,7 +113,7 @@ def render() -> str:
       f"{f(b1.get('steps_per_s'))} | {f(b1.get('statements_per_step'))} | {f(b1.get('commits_per_step'))} |")  # fmt: skip
     w(f"| raw floor, same run as B1 (3 tx, 5 rows, Core) | {f(b1.get('raw_ms_per_step'))} | – | "
       f"{f(1000 / b1['raw_ms_per_step']) if b1.get('raw_ms_per_step') else '–'} | 5 | 3 |")  # fmt: skip
-    w(f"| raw floor, raw_floor.py | {f(raw_sq)} | – | {f(g(raw, 'sqlite_wal_normal.steps_per_s'))} | 5 | 3 |")
+    w(f"| raw floor, peer_raw_floor.py | {f(raw_sq)} | – | {f(g(raw, 'sqlite_wal_normal.steps_per_s'))} | 5 | 3 |")
     w(f"| DBOS 3.4, SQLite WAL + synchronous=NORMAL | {f(dsq.get('ms_per_step_wf3_total'))} | "
       f"{f(dsq.get('marginal_ms_per_step'))} | {f(g(dsq, 'seq_wf3.steps_per_s'))} | "
       f"{f(g(dsq, 'sql_per_step.statements'))} | {f(g(dsq, 'sql_per_step.commits'))} |")  # fmt: skip
@@ -165,7 +165,7 @@ def render() -> str:
       f"{f(g(raw, 'postgres.one_connection.steps_per_s'))} / {f(g(raw, 'postgres.four_writers.steps_per_s'))} | – |")  # fmt: skip
     hop_tx = g(raw, "postgres.hop_transactions.p50_ms")
     floor_hop = chop + hop_tx if isinstance(chop, int | float) and isinstance(hop_tx, int | float) else None
-    w(f"| hop floor: raw Celery hop + a hop's two transactions issued bare (raw_floor.py `pg_hop_pairs`: "
+    w(f"| hop floor: raw Celery hop + a hop's two transactions issued bare (peer_raw_floor.py `pg_hop_pairs`: "
       f"{f(hop_tx)} ms p50) | {f(floor_hop)} | – | – | – | – |")  # fmt: skip
     w("")
     pg_hop = g(epg, "hops.unloaded_hop.p50_ms")
@@ -217,7 +217,7 @@ def render() -> str:
         w("")
         w("| segment | p50 ms |")
         w("|---|---:|")
-        from hop_trace import SEGMENTS
+        from bench.hop_trace import SEGMENTS
 
         for label in [label for label, _, _ in SEGMENTS] + ["whole hop"]:
             w(f"| {label} | {f(g(trace, label + '.p50_ms') if label in trace else None)} |")
@@ -336,7 +336,7 @@ def render() -> str:
     w("## B9 — /metrics at the same scale")
     w("")
     if b9:
-        w(f"Status: {status(meta, 'b9')} (bench/bench_metrics.py; analysis in bench/B9_METRICS.md).")
+        w(f"Status: {status(meta, 'b9')} (bench/engine_metrics.py; analysis in bench/B9_METRICS.md).")
         w("")
         w("| measure | p50 / p99 ms |")
         w("|---|---:|")
@@ -364,7 +364,7 @@ def render() -> str:
           f"**{f(b10.get('engine_vs_raw'), 3)}** (from the rounds' medians: {f(b10.get('engine_vs_raw_median'), 3)}); "
           f"{verdict(ge(b10.get('engine_vs_raw'), 0.15))} (≥ 0.15).")  # fmt: skip
         w("")
-    w("`scripts/test` runs `bench/b1_engine_sqlite.py --workflows 150 --guard-rounds 15 --min-ratio 0.15` right "
+    w("`scripts/test` runs `python -m bench.engine_inprocess_sqlite --workflows 150 --guard-rounds 15 --min-ratio 0.15` right "
       "after mypy, before the test suites: 15 short rounds alternate the raw 3-transaction floor and the engine in "
       "the same process, both timed in process CPU time, and the raw/engine ratio of each side's best round "
       "(the engine's marginal cost per step, as B1 defines it) must stay ≥ 0.15 "

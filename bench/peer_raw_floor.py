@@ -6,7 +6,7 @@ scheduled row + update the workflow; claim; complete + update the workflow. SQLi
 connection, schema ``geneva_bench_raw`` dropped afterwards); plus 4 PostgreSQL writers; plus the
 two transactions of one engine hop (``pg_hop_pairs``), the database's share of B3's hop.
 
-    .venv/bin/python bench/raw_floor.py [--n 2000]
+    .venv/bin/python -m bench.peer_raw_floor [--n 2000]
 """
 
 from __future__ import annotations
@@ -19,11 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sqlalchemy import Engine, text
 
-from b1_engine_sqlite import raw_floor
-from common import (
+from bench.common import (
     drop_pg_schema,
     env_info,
     pg_schema_url,
@@ -31,8 +29,7 @@ from common import (
     summarize_ms,
     write_result,
 )
-from sqlalchemy import Engine, text
-
+from bench.engine_inprocess_sqlite import raw_floor
 from geneva_drive import db
 
 SCHEMA = "geneva_bench_raw"

@@ -11,8 +11,8 @@ engine sends after each commit are run in order, exactly as a worker would recei
 the figure is the engine's own bookkeeping (create, prepare, body, finalize, after-commit send)
 and nothing of a harness lookup.
 
-    .venv/bin/python bench/b1_engine_sqlite.py [--workflows 500] [--json out.json]
-    .venv/bin/python bench/b1_engine_sqlite.py --workflows 150 --guard-rounds 15 --min-ratio 0.15  # B10
+    .venv/bin/python -m bench.engine_inprocess_sqlite [--workflows 500] [--json out.json]
+    .venv/bin/python -m bench.engine_inprocess_sqlite --workflows 150 --guard-rounds 15 --min-ratio 0.15  # B10
 
 Reports ms/step (creation included, 3-step workflows), the marginal ms per step (slope between
 the 3- and 10-step workflow medians, as the DBOS peer is measured), statements and commits per
@@ -36,8 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event, text
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from geneva_drive import Workflow, db, inline, step
 from geneva_drive.config import settings

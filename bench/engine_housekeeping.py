@@ -11,7 +11,7 @@ the engine on the same schema:
    same hop probe runs;
 3. rows/s, batch p50/max, hop p99 during vs before.
 
-    .venv/bin/python bench/b7_housekeeping.py [--executions 1000000] [--quick]
+    .venv/bin/python -m bench.engine_housekeeping [--executions 1000000] [--quick]
 """
 
 from __future__ import annotations
@@ -21,15 +21,12 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import Deadline, env_info, summarize_ms, write_result
-from engine_celery import Stack, hops_of
 from sqlalchemy import event, text
+
+from bench.common import Deadline, env_info, summarize_ms, write_result
+from bench.engine_celery import Stack, hops_of
 
 SCHEMA = "geneva_bench_hk"
 

@@ -4,7 +4,7 @@ Adapted from reference/perf-scripts/bench_celery.py (2026-11-29): one worker ``p
 on Redis db 14; single task enqueue→start (unloaded), 3-task chains one at a time (unloaded
 chain hop = end of task k → start of task k+1), and a burst of chains (tasks/s).
 
-    .venv/bin/python bench/celery_peer.py [--quick]
+    .venv/bin/python -m bench.peer_celery [--quick]
 """
 
 from __future__ import annotations
@@ -16,16 +16,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (
-    BENCH,
+from bench.common import (
     POLL,
     PY,
     REDIS_URL,
+    ROOT,
     Deadline,
+    child_env,
     env_info,
     stop_process,
     summarize_ms,
@@ -90,15 +89,16 @@ def main() -> int:
         os.environ["BENCH_BROKER_URL"] = REDIS_URL
         os.environ["BENCH_TIMING_DIR"] = tdir
         from celery import chain
-        from celery_peer_app import noop
 
-        env = dict(os.environ, PYTHONPATH=str(BENCH))
+        from bench.peer_celery_app import noop
+
+        env = child_env()
         log = open(os.path.join(tdir, "worker.out"), "w")  # noqa: SIM115
         worker = subprocess.Popen(
-            [PY, "-m", "celery", "-A", "celery_peer_app", "worker", "-P", "prefork", "-c", "2",
+            [PY, "-m", "celery", "-A", "bench.peer_celery_app", "worker", "-P", "prefork", "-c", "2",
              "-l", "WARNING", "-Q", "bench_raw", "--without-gossip", "--without-mingle",
              "--without-heartbeat"],
-            cwd=BENCH, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         col = Collector(tdir)
         try:

@@ -8,7 +8,7 @@ medians), a DB-backed queue (enqueue→start unloaded, and a burst for steps/s; 
 as the reference set it, DBOS's default is 1 s), and SQL statements/commits per 3-step
 workflow.
 
-    bench/.venv-peers/bin/python bench/dbos_peer.py --backend sqlite-wal|postgres [--n 500]
+    bench/.venv-peers/bin/python -m bench.peer_dbos --backend sqlite-wal|postgres [--n 500]
 """
 
 import argparse
@@ -17,8 +17,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Deadline, summarize_ms, write_result
+from bench.common import Deadline, summarize_ms, write_result
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--backend", required=True, choices=["sqlite-wal", "postgres"])
