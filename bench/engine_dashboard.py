@@ -69,7 +69,9 @@ def cursor_at(engine: Any, where: str, offset: int) -> int | None:
         return None
     with engine.connect() as c:
         return c.execute(
-            text(f"SELECT id FROM geneva_drive_workflows {where} ORDER BY id DESC OFFSET :o LIMIT 1"),
+            text(
+                f"SELECT id FROM geneva_drive_workflows {where} ORDER BY id DESC OFFSET :o LIMIT 1"
+            ),
             {"o": offset - 1},
         ).scalar()
 
@@ -175,7 +177,10 @@ def main() -> int:
                 cases[f"{fname} page {page}"] = {"url": url, "partial": measure(url, True)}
                 if page == 1 or fname == "none":
                     cases[f"{fname} page {page}"]["full"] = measure(url, False)
-                print(f"[b8] {fname} page {page}: {cases[f'{fname} page {page}']['partial']}", file=sys.stderr)
+                print(
+                    f"[b8] {fname} page {page}: {cases[f'{fname} page {page}']['partial']}",
+                    file=sys.stderr,
+                )
         cases["detail"] = {"url": f"/workflows/{detail_id}", "full": measure(f"/workflows/{detail_id}", False),
                            "partial": measure(f"/workflows/{detail_id}", True)}  # fmt: skip
         res["cases"] = cases

@@ -67,7 +67,11 @@ def raw_floor(url: str, n: int, mariadb: bool) -> float:
     with engine.begin() as c:
         c.execute(text("DROP TABLE IF EXISTS raw_se"))
         c.execute(text("DROP TABLE IF EXISTS raw_wf"))
-        c.execute(text("CREATE TABLE raw_wf (id BIGINT PRIMARY KEY, state VARCHAR(32), cur VARCHAR(64), updated DOUBLE PRECISION)"))
+        c.execute(
+            text(
+                "CREATE TABLE raw_wf (id BIGINT PRIMARY KEY, state VARCHAR(32), cur VARCHAR(64), updated DOUBLE PRECISION)"
+            )
+        )
         c.execute(
             text(
                 f"CREATE TABLE raw_se (id {auto}, wf BIGINT, name VARCHAR(64), state VARCHAR(32), "
@@ -77,7 +81,9 @@ def raw_floor(url: str, n: int, mariadb: bool) -> float:
         c.execute(text("CREATE INDEX raw_se_wf ON raw_se (wf)"))
         c.execute(text("CREATE INDEX raw_se_state ON raw_se (state, sched)"))
         c.execute(text("INSERT INTO raw_wf (id, state, updated) VALUES (1, 'ready', 0)"))
-    insert = "INSERT INTO raw_se (wf, name, state, sched, created) VALUES (1, 's', 'scheduled', :n, :n)"
+    insert = (
+        "INSERT INTO raw_se (wf, name, state, sched, created) VALUES (1, 's', 'scheduled', :n, :n)"
+    )
     if not mariadb:
         insert += " RETURNING id"
     try:
@@ -87,15 +93,24 @@ def raw_floor(url: str, n: int, mariadb: bool) -> float:
             with engine.begin() as c:
                 result = c.execute(text(insert), {"n": now})
                 sid = result.lastrowid if mariadb else result.scalar_one()
-                c.execute(text("UPDATE raw_wf SET cur = 's', updated = :n WHERE id = 1"), {"n": now})
+                c.execute(
+                    text("UPDATE raw_wf SET cur = 's', updated = :n WHERE id = 1"), {"n": now}
+                )
             with engine.begin() as c:
                 c.execute(
-                    text("UPDATE raw_se SET state = 'in_progress', started = :n WHERE id = :i AND state = 'scheduled'"),
+                    text(
+                        "UPDATE raw_se SET state = 'in_progress', started = :n WHERE id = :i AND state = 'scheduled'"
+                    ),
                     {"n": now, "i": sid},
                 )
             with engine.begin() as c:
-                c.execute(text("UPDATE raw_se SET state = 'completed', done = :n WHERE id = :i"), {"n": now, "i": sid})
-                c.execute(text("UPDATE raw_wf SET state = 'ready', updated = :n WHERE id = 1"), {"n": now})
+                c.execute(
+                    text("UPDATE raw_se SET state = 'completed', done = :n WHERE id = :i"),
+                    {"n": now, "i": sid},
+                )
+                c.execute(
+                    text("UPDATE raw_wf SET state = 'ready', updated = :n WHERE id = 1"), {"n": now}
+                )
         return (time.perf_counter() - started) * 1000 / n
     finally:
         with engine.begin() as c:
@@ -155,7 +170,11 @@ def main() -> int:
     parser.add_argument("--raw-n", type=int, default=600)
     parser.add_argument("--backends", default="postgres,mariadb")
     args = parser.parse_args()
-    result: dict[str, Any] = {"env": env_info(), "workflows": args.workflows, "repeats": args.repeats}
+    result: dict[str, Any] = {
+        "env": env_info(),
+        "workflows": args.workflows,
+        "repeats": args.repeats,
+    }
     # Alternate the backends so that both see the same machine load.
     for backend in args.backends.split(","):
         started = time.time()

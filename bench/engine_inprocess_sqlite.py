@@ -86,7 +86,9 @@ class RawFloor:
         with self.engine.begin() as c:
             c.execute(text("DROP TABLE IF EXISTS wf"))
             c.execute(text("DROP TABLE IF EXISTS se"))
-            c.execute(text("CREATE TABLE wf (id INTEGER PRIMARY KEY, state TEXT, cur TEXT, updated REAL)"))
+            c.execute(
+                text("CREATE TABLE wf (id INTEGER PRIMARY KEY, state TEXT, cur TEXT, updated REAL)")
+            )
             c.execute(
                 text(
                     "CREATE TABLE se (id INTEGER PRIMARY KEY AUTOINCREMENT, wf INTEGER, name TEXT, "
@@ -105,17 +107,24 @@ class RawFloor:
             now = time.time()
             with engine.begin() as c:
                 sid = c.execute(
-                    text("INSERT INTO se (wf, name, state, sched, created) VALUES (1,'s','scheduled',:n,:n)"),
+                    text(
+                        "INSERT INTO se (wf, name, state, sched, created) VALUES (1,'s','scheduled',:n,:n)"
+                    ),
                     {"n": now},
                 ).lastrowid
                 c.execute(text("UPDATE wf SET cur='s', updated=:n WHERE id=1"), {"n": now})
             with engine.begin() as c:
                 c.execute(
-                    text("UPDATE se SET state='in_progress', started=:n WHERE id=:i AND state='scheduled'"),
+                    text(
+                        "UPDATE se SET state='in_progress', started=:n WHERE id=:i AND state='scheduled'"
+                    ),
                     {"n": now, "i": sid},
                 )
             with engine.begin() as c:
-                c.execute(text("UPDATE se SET state='completed', done=:n WHERE id=:i"), {"n": now, "i": sid})
+                c.execute(
+                    text("UPDATE se SET state='completed', done=:n WHERE id=:i"),
+                    {"n": now, "i": sid},
+                )
                 c.execute(text("UPDATE wf SET state='ready', updated=:n WHERE id=1"), {"n": now})
         return (clock() - started) * 1000 / n
 
@@ -307,7 +316,11 @@ def main() -> int:
         help="B10 mode: this many interleaved raw/engine rounds over --workflows (best rounds, marginal cost)",
     )
     args = parser.parse_args()
-    result = guard(args.workflows, args.guard_rounds) if args.guard_rounds else measure(args.workflows, args.repeats)
+    result = (
+        guard(args.workflows, args.guard_rounds)
+        if args.guard_rounds
+        else measure(args.workflows, args.repeats)
+    )
     for key, value in result.items():
         if isinstance(value, float):
             print(f"{key:22} {value:10.3f}")

@@ -42,7 +42,16 @@ HEADING = "## Paired rounds (issue 20): inline successors against their peers"
 def parts(round_no: int, quick: bool) -> list[tuple[str, list[str]]]:
     q = ["--quick"] if quick else []
     name = f"paired_r{round_no}"
-    engine = [PY, "-m", "bench.engine_celery", "--backend", "postgres", "--scenarios", "hops,chains,fresh", *q]
+    engine = [
+        PY,
+        "-m",
+        "bench.engine_celery",
+        "--backend",
+        "postgres",
+        "--scenarios",
+        "hops,chains,fresh",
+        *q,
+    ]
     return [
         ("engine_on", [*engine, "--inline", "on", "--name", f"{name}_engine_on"]),
         ("dbos_pg", [str(PEERS_PY), "-m", "bench.peer_dbos", "--backend", "postgres",
@@ -196,9 +205,11 @@ def render(meta: dict[str, Any]) -> str:
     w("")
     w("The figures behind the ratios, per round:")
     w("")
-    w("| round | load 1m | B3 10-step steps/s on / off | 3-step burst steps/s on / off | DBOS best steps/s | "
-      "hop p50 ms inline / published | raw Celery hop p50 ms | fresh start p50 / p99 ms, on | "
-      "fresh start p50 / p99 ms, off | chains finished meanwhile on / off | B1 ms/step ours / DBOS |")
+    w(
+        "| round | load 1m | B3 10-step steps/s on / off | 3-step burst steps/s on / off | DBOS best steps/s | "
+        "hop p50 ms inline / published | raw Celery hop p50 ms | fresh start p50 / p99 ms, on | "
+        "fresh start p50 / p99 ms, off | chains finished meanwhile on / off | B1 ms/step ours / DBOS |"
+    )
     w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for k in rounds:
         x = figures[k]
@@ -279,8 +290,10 @@ def splice(section: str) -> None:
     parts = text.split("\n## ")
     head, rest = parts[0], parts[1:]
     kept = [p for p in rest if not ("## " + p).startswith(HEADING)]
-    body = section.rstrip("\n")[len("## "):]
-    out = head.rstrip("\n") + "\n\n## " + body + "\n" + "".join(f"\n## {p.rstrip()}\n" for p in kept)
+    body = section.rstrip("\n")[len("## ") :]
+    out = (
+        head.rstrip("\n") + "\n\n## " + body + "\n" + "".join(f"\n## {p.rstrip()}\n" for p in kept)
+    )
     path.write_text(out)
 
 
@@ -315,7 +328,9 @@ def main() -> int:
             meta["rounds"].append(k)
             meta_path.write_text(json.dumps(meta, indent=2))
         meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-        meta["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        meta["uptime_end"] = subprocess.run(
+            ["uptime"], capture_output=True, text=True
+        ).stdout.strip()
         meta_path.write_text(json.dumps(meta, indent=2))
     splice(render(meta))
     if args.readme:

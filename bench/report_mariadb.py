@@ -101,9 +101,14 @@ def render() -> str:
     w("**B1 on the server databases** (bench/engine_inprocess_server.py: B1's in-process executor and "
       "no-op steps, the database over TCP; median of the repeats):")  # fmt: skip
     w("")
-    w("| | ms/step (3-step workflows, creation included) | marginal ms/step | steps/s | statements/step | commits/step | raw floor ms/step (3 tx, 5 rows) | raw ÷ engine |")
+    w(
+        "| | ms/step (3-step workflows, creation included) | marginal ms/step | steps/s | statements/step | commits/step | raw floor ms/step (3 tx, 5 rows) | raw ÷ engine |"
+    )
     w("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for key, label in (("postgres", "GenevaDrive, PostgreSQL"), ("mariadb", "**GenevaDrive, MariaDB**")):
+    for key, label in (
+        ("postgres", "GenevaDrive, PostgreSQL"),
+        ("mariadb", "**GenevaDrive, MariaDB**"),
+    ):
         d = b1.get(key) or {}
         w(f"| {label} | {f(d.get('ms_per_step'))} | {f(d.get('marginal_ms_per_step'))} | "
           f"{f(d.get('steps_per_s'), 0)} | {f(d.get('statements_per_step'))} | "
@@ -116,9 +121,14 @@ def render() -> str:
     w("")
     w("**B3 through a real Celery worker** (prefork -c 2, Redis; bench/engine_celery.py `hops`):")
     w("")
-    w("| | hop p50 ms (unloaded) | hop p99 ms | create→first step p50 ms | burst steps/s | hop p50 under burst ms |")
+    w(
+        "| | hop p50 ms (unloaded) | hop p99 ms | create→first step p50 ms | burst steps/s | hop p50 under burst ms |"
+    )
     w("|---|---:|---:|---:|---:|---:|")
-    for d, label in ((pg, "GenevaDrive, PostgreSQL + Redis"), (mdb, "**GenevaDrive, MariaDB + Redis**")):
+    for d, label in (
+        (pg, "GenevaDrive, PostgreSQL + Redis"),
+        (mdb, "**GenevaDrive, MariaDB + Redis**"),
+    ):
         w(f"| {label} | {f(g(d, 'hops.unloaded_hop.p50_ms'))} | {f(g(d, 'hops.unloaded_hop.p99_ms'))} | "
           f"{f(g(d, 'hops.unloaded_create_commit_to_first_step.p50_ms'))} | "
           f"{f(g(d, 'hops.burst.steps_per_s'), 0)} | {f(g(d, 'hops.burst.hop_under_load.p50_ms'))} |")  # fmt: skip
@@ -159,7 +169,14 @@ def main() -> int:
     args = parser.parse_args()
     if not args.render:
         q = ["--quick"] if args.quick else []
-        run(["-m", "bench.engine_inprocess_server", *(["--workflows", "60", "--repeats", "1"] if args.quick else [])], 1800)
+        run(
+            [
+                "-m",
+                "bench.engine_inprocess_server",
+                *(["--workflows", "60", "--repeats", "1"] if args.quick else []),
+            ],
+            1800,
+        )
         run(["-m", "bench.engine_celery", "--backend", "postgres", "--scenarios", "hops",
              "--name", "engine_celery_postgres_h19", *q], 1800)  # fmt: skip
         run(["-m", "bench.engine_celery", "--backend", "mariadb", "--scenarios", "hops", *q], 1800)

@@ -40,7 +40,9 @@ def ensure_peers_venv() -> str | None:
         ok = subprocess.run([str(PEERS_PY), "-c", "import dbos"], capture_output=True)
         if ok.returncode == 0:
             return None
-    made = subprocess.run([PY, "-m", "venv", "--clear", str(PEERS_VENV)], capture_output=True, text=True)
+    made = subprocess.run(
+        [PY, "-m", "venv", "--clear", str(PEERS_VENV)], capture_output=True, text=True
+    )
     if made.returncode != 0:
         return f"python -m venv failed: {made.stderr.strip()[-400:]}"
     pip = subprocess.run(
@@ -102,12 +104,18 @@ def run_steps(selected: list[tuple[str, list[str], int]], meta: dict[str, Any]) 
         t0 = time.time()
         load0 = os.getloadavg()[0]
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
+            proc = subprocess.run(
+                cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit
+            )
             status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
             tail = (proc.stderr or "")[-1500:]
         except subprocess.TimeoutExpired as exc:
             status = f"timeout after {limit} s"
-            tail = (exc.stderr or b"").decode(errors="replace")[-1500:] if isinstance(exc.stderr, bytes) else str(exc.stderr or "")[-1500:]
+            tail = (
+                (exc.stderr or b"").decode(errors="replace")[-1500:]
+                if isinstance(exc.stderr, bytes)
+                else str(exc.stderr or "")[-1500:]
+            )
         meta["steps"][name] = {
             "status": status,
             "elapsed_s": round(time.time() - t0, 1),
