@@ -1,5 +1,8 @@
 """Shared helpers of the bench scripts: percentiles, deadlines, JSON results, services.
 
+Standard library only at import time: the peers' venv (bench/.venv-peers, without geneva_drive
+or SQLAlchemy) imports it too, as ``python -m bench.peer_dbos`` from the repository root.
+
 Percentile and summary helpers are adapted from reference/perf-scripts/common.py (the
 performance-anchor scripts, 2026-11-29).
 """
@@ -28,6 +31,13 @@ PY = sys.executable
 # it only takes a core from the worker and the database on a 2-core machine (at 0.2-0.5 ms the
 # poller kept a core busy and inflated every hop it was measuring). Same for every peer.
 POLL = 0.01
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a bench subprocess (a scenario, a Celery worker): this process's, with
+    the repository root on ``PYTHONPATH`` so that ``bench.*`` modules import in it wherever it
+    starts (``celery -A bench.peer_celery_app``, ``GENEVA_WORKFLOW_MODULES=bench.flows``)."""
+    return dict(os.environ, PYTHONPATH=str(ROOT), **extra)
 
 
 def pct(values: list[float], p: float) -> float | None:

@@ -10,7 +10,7 @@ same database. Step bodies log their wall-clock start/end (bench/flows.py), so:
 * B5: signal delivered (commit called) → woken step body start, sequential and 200 at once;
 * B6: delayed steps found due by the dispatcher, with worker restarts (RSS, duplicates, lag).
 
-    .venv/bin/python bench/engine_celery.py --backend sqlite|postgres|mariadb [--quick] [--scenarios hops,signals,delayed,chains,fresh] [--inline on|off]
+    .venv/bin/python -m bench.engine_celery --backend sqlite|postgres|mariadb [--quick] [--scenarios hops,signals,delayed,chains,fresh] [--inline on|off]
 
 Redis database 14 of 127.0.0.1:6379 (flushed by us only); PostgreSQL in schema
 ``geneva_bench`` (dropped afterwards); MariaDB in database ``geneva_bench`` next to
@@ -31,16 +31,13 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import (
-    BENCH,
+from bench.common import (
     POLL,
     PY,
     REDIS_URL,
     ROOT,
     Deadline,
+    child_env,
     children_of,
     drop_mariadb_database,
     drop_pg_schema,
@@ -138,16 +135,14 @@ class Stack:
         from geneva_drive.transport import set_transport
 
         set_transport(None)  # the default: Celery, after commit
-        import flows  # noqa: F401  (registers the workflow classes here too)
+        import bench.flows  # noqa: F401  (registers the workflow classes here too)
 
         self.timings = Timings(self.timings_dir)
         self.worker: subprocess.Popen[bytes] | None = None
         self.worker_log = os.path.join(workdir, "worker.log")
 
     def start_worker(self, concurrency: int = 2) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = f"{ROOT}:{BENCH}"
-        env["GENEVA_WORKFLOW_MODULES"] = "flows"
+        env = child_env(GENEVA_WORKFLOW_MODULES="bench.flows")
         cmd = [
             PY, "-m", "celery", "-A", "geneva_drive.celery", "worker", "-P", "prefork",
             "-c", str(concurrency), "-l", "WARNING", "-Q", QUEUE,
@@ -172,8 +167,7 @@ class Stack:
 
     def create(self, cls_name: str, n: int = 1, per_commit: int = 1) -> list[tuple[int, float]]:
         """Create ``n`` workflows, ``per_commit`` per transaction; [(id, time before commit)]."""
-        import flows
-
+        from bench import flows
         from geneva_drive import db
 
         cls = getattr(flows, cls_name)
@@ -568,8 +562,7 @@ def scenario_delayed(stack: Stack, quick: bool) -> dict[str, Any]:
 
 def _create_wait_until(count: int, rng: random.Random) -> list[int]:
     """WaitUntilFlow workflows, each held 1 min to 7 days ahead by its own wait_until."""
-    import flows
-
+    from bench import flows
     from geneva_drive import db
     from geneva_drive.models import utcnow
 
@@ -597,9 +590,9 @@ def _dispatch_loop(stop: Any, period: float) -> None:
 
 def scenario_trace(stack: Stack, quick: bool) -> dict[str, Any]:
     """Where a hop goes (bench/hop_trace.py; the worker runs with GENEVA_BENCH_TRACE=1)."""
-    import hop_trace
     from sqlalchemy import select
 
+    from bench import hop_trace
     from geneva_drive import db
     from geneva_drive.models import StepExecution
 

@@ -2,10 +2,10 @@
 25 ms table poll, after-commit wake-ups) on SQLite, no broker.
 
 Same workload and measures as B2 (bench/engine_celery.py): unloaded step-to-step hop over
-sequential 3-step workflows, then a burst for steps/s. (bench/embedded_hops.py measures the
+sequential 3-step workflows, then a burst for steps/s. (bench/probe_embedded_hops.py measures the
 hop from the rows' timestamps; this one from the step bodies, like the Celery runs.)
 
-    .venv/bin/python bench/engine_embedded.py [--quick]
+    .venv/bin/python -m bench.engine_embedded [--quick]
 """
 
 from __future__ import annotations
@@ -15,14 +15,10 @@ import os
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import POLL, env_info, summarize_ms, write_result
-from engine_celery import Timings, hops_of
+from bench.common import POLL, env_info, summarize_ms, write_result
+from bench.engine_celery import Timings, hops_of
 
 
 def main() -> int:
@@ -34,8 +30,7 @@ def main() -> int:
         tdir = os.path.join(tmp, "timings")
         os.makedirs(tdir)
         os.environ["GENEVA_BENCH_TIMINGS"] = tdir
-        import flows
-
+        from bench import flows
         from geneva_drive import db, transport
         from geneva_drive.embedded import EmbeddedWorker
         from geneva_drive.models import Base

@@ -1,4 +1,4 @@
-"""Workflows the bench runs in worker processes (``GENEVA_WORKFLOW_MODULES=flows``).
+"""Workflows the bench runs in worker processes (``GENEVA_WORKFLOW_MODULES=bench.flows``).
 
 Every step body appends ``<class> <workflow id> <step index> <start> <end> <pid>`` (wall-clock
 seconds) to ``GENEVA_BENCH_TIMINGS/<pid>.log`` with one ``os.write`` on an O_APPEND file, so
@@ -109,6 +109,6 @@ class WaitUntilFlow(Workflow):
 
 
 if os.environ.get("GENEVA_BENCH_TRACE") == "1":  # bench/hop_trace.py: where a hop goes
-    import hop_trace
+    from bench import hop_trace
 
     hop_trace.install()

@@ -104,5 +104,6 @@ def segments(directory: str, hops: list[tuple[int, int, float, float]]) -> dict[
             values[label].append((marks[b] - marks[a]) * 1000)
         values["whole hop"].append((start - end) * 1000)
     return {
-        label: {"p50_ms": round(statistics.median(v), 3), "n": len(v)} for label, v in values.items()
+        label: {"p50_ms": round(statistics.median(v), 3), "n": len(v)}
+        for label, v in values.items()
     }

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (the tables use en dashes and multiplication signs, as bench/report.py does)
 """Issue 20: the targets that need a peer, as paired rounds (ours and the peer alternating).
 
 The machine is shared (2 cores, other engineers' test suites): one run's ratio moves by 30 %
@@ -6,14 +7,15 @@ order (round 1 ours first, round 2 the peer first, ...), and computes the ratio 
 round; a target's verdict is the **median** of the rounds' ratios, shown with its spread
 (min-max). Per round:
 
-* ``engine_celery.py --backend postgres --scenarios hops,chains,fresh`` with inline successors
-  on, and again off (GENEVA_INLINE_SUCCESSORS), against
-* ``dbos_peer.py --backend postgres`` (B3 throughput: DBOS's best mode) and
-  ``celery_peer.py`` (the raw Celery hop);
-* ``b1_engine_sqlite.py`` against ``dbos_peer.py --backend sqlite-wal --sync-normal`` (B1).
+* ``bench.engine_celery --backend postgres --scenarios hops,chains,fresh`` with inline
+  successors on, and again off (GENEVA_INLINE_SUCCESSORS), against
+* ``bench.peer_dbos --backend postgres`` (B3 throughput: DBOS's best mode) and
+  ``bench.peer_celery`` (the raw Celery hop);
+* ``bench.engine_inprocess_sqlite`` against ``bench.peer_dbos --backend sqlite-wal
+  --sync-normal`` (B1).
 
-    .venv/bin/python bench/paired.py --rounds 5 [--quick]
-    .venv/bin/python bench/paired.py --render      # re-render the section from bench/out/
+    .venv/bin/python -m bench.paired --rounds 5 [--quick]
+    .venv/bin/python -m bench.paired --render      # re-render the section from bench/out/
 
 Results: ``bench/out/paired_r<k>_<part>.json`` and ``bench/out/paired.json`` (the per-round
 ratios); the "Paired rounds" section of bench/RESULTS.md is replaced in place, so the other
@@ -29,13 +31,9 @@ import statistics
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
-
-from common import OUT, PY, ROOT, read_result  # noqa: E402
+from bench.common import BENCH, OUT, PY, ROOT, child_env, read_result
 
 PEERS_PY = BENCH / ".venv-peers" / "bin" / "python"
 HEADING = "## Paired rounds (issue 20): inline successors against their peers"
@@ -44,16 +42,25 @@ HEADING = "## Paired rounds (issue 20): inline successors against their peers"
 def parts(round_no: int, quick: bool) -> list[tuple[str, list[str]]]:
     q = ["--quick"] if quick else []
     name = f"paired_r{round_no}"
-    engine = [PY, "bench/engine_celery.py", "--backend", "postgres", "--scenarios", "hops,chains,fresh", *q]
+    engine = [
+        PY,
+        "-m",
+        "bench.engine_celery",
+        "--backend",
+        "postgres",
+        "--scenarios",
+        "hops,chains,fresh",
+        *q,
+    ]
     return [
         ("engine_on", [*engine, "--inline", "on", "--name", f"{name}_engine_on"]),
-        ("dbos_pg", [str(PEERS_PY), "bench/dbos_peer.py", "--backend", "postgres",
+        ("dbos_pg", [str(PEERS_PY), "-m", "bench.peer_dbos", "--backend", "postgres",
                      "--n", "100" if quick else "150", "--name", f"{name}_dbos_pg"]),
-        ("celery", [PY, "bench/celery_peer.py", *q, "--name", f"{name}_celery"]),
+        ("celery", [PY, "-m", "bench.peer_celery", *q, "--name", f"{name}_celery"]),
         ("engine_off", [*engine, "--inline", "off", "--name", f"{name}_engine_off"]),
-        ("b1", [PY, "bench/b1_engine_sqlite.py", "--workflows", "150" if quick else "300",
+        ("b1", [PY, "-m", "bench.engine_inprocess_sqlite", "--workflows", "150" if quick else "300",
                 "--json", str(OUT / f"{name}_b1.json")]),
-        ("dbos_sqlite", [str(PEERS_PY), "bench/dbos_peer.py", "--backend", "sqlite-wal",
+        ("dbos_sqlite", [str(PEERS_PY), "-m", "bench.peer_dbos", "--backend", "sqlite-wal",
                          "--sync-normal", "--n", "150" if quick else "300",
                          "--name", f"{name}_dbos_sqlite"]),
     ]  # fmt: skip
@@ -69,7 +76,7 @@ def order(round_no: int, steps: list[tuple[str, list[str]]]) -> list[tuple[str, 
 
 
 def run_round(round_no: int, quick: bool, log: dict[str, Any]) -> None:
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{BENCH}")
+    env = child_env()
     for part, cmd in order(round_no, parts(round_no, quick)):
         t0 = time.time()
         load0 = os.getloadavg()[0]
@@ -174,7 +181,8 @@ def render(meta: dict[str, Any]) -> str:
       f"scenario sizes. Machine load (`uptime`) at the start: {meta.get('uptime_start', '?')}; at the "
       f"end: {meta.get('uptime_end', '?')}."
       + "".join(f" Then `{a['command']}` from {a['started']} (`uptime`: {a['uptime_start']})."
-                for a in meta.get("appended", [])))  # fmt: skip
+                for a in meta.get("appended", []))
+      + (f" {meta['note']}" if meta.get("note") else ""))  # fmt: skip
     w("")
     w("Each round runs our scenario and its peer back to back, in alternating order (odd rounds "
       "ours first, even rounds the peer first); a verdict is the median of the rounds' ratios, "
@@ -198,9 +206,11 @@ def render(meta: dict[str, Any]) -> str:
     w("")
     w("The figures behind the ratios, per round:")
     w("")
-    w("| round | load 1m | B3 10-step steps/s on / off | 3-step burst steps/s on / off | DBOS best steps/s | "
-      "hop p50 ms inline / published | raw Celery hop p50 ms | fresh start p50 / p99 ms, on | "
-      "fresh start p50 / p99 ms, off | chains finished meanwhile on / off | B1 ms/step ours / DBOS |")
+    w(
+        "| round | load 1m | B3 10-step steps/s on / off | 3-step burst steps/s on / off | DBOS best steps/s | "
+        "hop p50 ms inline / published | raw Celery hop p50 ms | fresh start p50 / p99 ms, on | "
+        "fresh start p50 / p99 ms, off | chains finished meanwhile on / off | B1 ms/step ours / DBOS |"
+    )
     w("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for k in rounds:
         x = figures[k]
@@ -225,7 +235,7 @@ def render(meta: dict[str, Any]) -> str:
 def readme_table(meta: dict[str, Any]) -> str:
     """README's performance table from the paired rounds (medians; bench/run.py replaces it
     with a full run's figures when one is made)."""
-    from report import README_END, README_START
+    from bench.report import README_END, README_START
 
     rounds = [int(k) for k in meta.get("rounds", [])]
     figures = [round_figures(k) for k in rounds]
@@ -263,7 +273,7 @@ def readme_table(meta: dict[str, Any]) -> str:
 
 
 def write_readme(meta: dict[str, Any]) -> None:
-    from report import README_END, README_START
+    from bench.report import README_END, README_START
 
     path = ROOT / "README.md"
     text = path.read_text()
@@ -281,8 +291,10 @@ def splice(section: str) -> None:
     parts = text.split("\n## ")
     head, rest = parts[0], parts[1:]
     kept = [p for p in rest if not ("## " + p).startswith(HEADING)]
-    body = section.rstrip("\n")[len("## "):]
-    out = head.rstrip("\n") + "\n\n## " + body + "\n" + "".join(f"\n## {p.rstrip()}\n" for p in kept)
+    body = section.rstrip("\n")[len("## ") :]
+    out = (
+        head.rstrip("\n") + "\n\n## " + body + "\n" + "".join(f"\n## {p.rstrip()}\n" for p in kept)
+    )
     path.write_text(out)
 
 
@@ -302,7 +314,7 @@ def main() -> int:
         meta = json.loads(meta_path.read_text())
     else:
         uptime = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-        command = ".venv/bin/python " + " ".join(["bench/paired.py", *sys.argv[1:]])
+        command = ".venv/bin/python " + " ".join(["-m", "bench.paired", *sys.argv[1:]])
         started = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
         if args.append and meta_path.exists():
             meta = json.loads(meta_path.read_text())
@@ -317,7 +329,9 @@ def main() -> int:
             meta["rounds"].append(k)
             meta_path.write_text(json.dumps(meta, indent=2))
         meta["finished"] = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
-        meta["uptime_end"] = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+        meta["uptime_end"] = subprocess.run(
+            ["uptime"], capture_output=True, text=True
+        ).stdout.strip()
         meta_path.write_text(json.dumps(meta, indent=2))
     splice(render(meta))
     if args.readme:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from common import BENCH, read_result
+from bench.common import BENCH, read_result
 
 
 def g(d: Any, path: str, default: Any = None) -> Any:
@@ -74,7 +74,7 @@ def render() -> str:
     emb = read_result("engine_embedded") or {}
     b7 = read_result("b7_housekeeping") or {}
     b8 = read_result("b8_dashboard") or {}
-    # This run's B9 (bench/bench_metrics.py writes bench/results/bench_metrics.json; run.py
+    # This run's B9 (bench/engine_metrics.py writes bench/results/bench_metrics.json; run.py
     # copies this run's file into bench/out/ so the tracked one keeps its owner's figures).
     b9 = read_result("b9_bench_metrics") or {}
     env = meta.get("env", {})
@@ -84,7 +84,8 @@ def render() -> str:
     w("")
     w(f"Command: `{meta.get('command', '?')}` — started {meta.get('started', '?')}, finished "
       f"{meta.get('finished', '?')}; {'quick' if meta.get('quick') else 'full'} mode."
-      + "".join(f" Addendum: `{a['command']}` at {a['started']}." for a in meta.get("addenda", [])))  # fmt: skip
+      + "".join(f" Addendum: `{a['command']}` at {a['started']}." for a in meta.get("addenda", []))
+      + (f" {meta['note']}" if meta.get("note") else ""))  # fmt: skip
     w("")
     w(f"Machine: {env.get('cpus')} vCPU shared with other engineers' test runs (1-minute load "
       f"average {f(env.get('loadavg', [None])[0])} at the start; per scenario below). Python "
@@ -92,7 +93,12 @@ def render() -> str:
       f"psycopg {env.get('psycopg')}, DBOS {dsq.get('dbos_version') or dpg.get('dbos_version') or '–'}. "
       "PostgreSQL 15 and Redis 7 on 127.0.0.1.")  # fmt: skip
     w("")
-    loads = [v for st in meta.get("steps", {}).values() for v in (st.get("loadavg_1m_start"), st.get("loadavg_1m_end")) if isinstance(v, int | float)]
+    loads = [
+        v
+        for st in meta.get("steps", {}).values()
+        for v in (st.get("loadavg_1m_start"), st.get("loadavg_1m_end"))
+        if isinstance(v, int | float)
+    ]
     load_range = f"{min(loads):.1f}–{max(loads):.1f}" if loads else "?"
     w("**Read the ratios first.** Every peer ran in the same run, minutes apart from our scenario, "
       "on the same database and broker. The machine is shared with other engineers' test suites "
@@ -107,13 +113,17 @@ def render() -> str:
     w(f"Status: {status(meta, 'b1')}; DBOS peer: {status(meta, 'dbos-sqlite')}.")
     w("")
     raw_sq = g(raw, "sqlite_wal_normal.ms_per_step")
-    w("| | ms/step (3-step workflows, creation included) | marginal ms/step (10- vs 3-step slope) | steps/s | statements/step | commits/step |")
+    w(
+        "| | ms/step (3-step workflows, creation included) | marginal ms/step (10- vs 3-step slope) | steps/s | statements/step | commits/step |"
+    )
     w("|---|---:|---:|---:|---:|---:|")
     w(f"| **GenevaDrive** (median of {b1.get('repeats', '?')}) | {f(b1.get('ms_per_step'))} | {f(b1.get('marginal_ms_per_step'))} | "
       f"{f(b1.get('steps_per_s'))} | {f(b1.get('statements_per_step'))} | {f(b1.get('commits_per_step'))} |")  # fmt: skip
     w(f"| raw floor, same run as B1 (3 tx, 5 rows, Core) | {f(b1.get('raw_ms_per_step'))} | – | "
       f"{f(1000 / b1['raw_ms_per_step']) if b1.get('raw_ms_per_step') else '–'} | 5 | 3 |")  # fmt: skip
-    w(f"| raw floor, raw_floor.py | {f(raw_sq)} | – | {f(g(raw, 'sqlite_wal_normal.steps_per_s'))} | 5 | 3 |")
+    w(
+        f"| raw floor, peer_raw_floor.py | {f(raw_sq)} | – | {f(g(raw, 'sqlite_wal_normal.steps_per_s'))} | 5 | 3 |"
+    )
     w(f"| DBOS 3.4, SQLite WAL + synchronous=NORMAL | {f(dsq.get('ms_per_step_wf3_total'))} | "
       f"{f(dsq.get('marginal_ms_per_step'))} | {f(g(dsq, 'seq_wf3.steps_per_s'))} | "
       f"{f(g(dsq, 'sql_per_step.statements'))} | {f(g(dsq, 'sql_per_step.commits'))} |")  # fmt: skip
@@ -141,13 +151,21 @@ def render() -> str:
       f"DBOS on PostgreSQL {status(meta, 'dbos-pg')}.")  # fmt: skip
     w("")
     chop = g(cp, "chain_hop_unloaded.p50_ms")
-    w("| | hop p50 ms (unloaded) | hop p99 ms | create→first step p50 ms | burst steps/s | hop p50 under burst ms |")
+    w(
+        "| | hop p50 ms (unloaded) | hop p99 ms | create→first step p50 ms | burst steps/s | hop p50 under burst ms |"
+    )
     w("|---|---:|---:|---:|---:|---:|")
     for label, d in (
         ("**GenevaDrive, SQLite + Redis** (B2)", esq),
         ("**GenevaDrive, PostgreSQL + Redis** (B3; inline successors on, the default)", epg),
-        ("GenevaDrive, PostgreSQL + Redis, inline successors off (`GENEVA_INLINE_SUCCESSORS=false`: every step published)", epg_off),
-        ("GenevaDrive, PostgreSQL + Redis, every commit synchronous (`GENEVA_SYNCHRONOUS_START_COMMIT=true`)", epg_sync),
+        (
+            "GenevaDrive, PostgreSQL + Redis, inline successors off (`GENEVA_INLINE_SUCCESSORS=false`: every step published)",
+            epg_off,
+        ),
+        (
+            "GenevaDrive, PostgreSQL + Redis, every commit synchronous (`GENEVA_SYNCHRONOUS_START_COMMIT=true`)",
+            epg_sync,
+        ),
     ):
         w(f"| {label} | {f(g(d, 'hops.unloaded_hop.p50_ms'))} | {f(g(d, 'hops.unloaded_hop.p99_ms'))} | "
           f"{f(g(d, 'hops.unloaded_create_commit_to_first_step.p50_ms'))} | {f(g(d, 'hops.burst.steps_per_s'))} | "
@@ -160,31 +178,53 @@ def render() -> str:
       f"{f(g(cp, 'chain_burst.hop_under_load.p50_ms'))} |")  # fmt: skip
     w(f"| DBOS, PostgreSQL, queue (50 ms polling) | – | – | {f(g(dpg, 'queue_unloaded_enqueue_to_start.p50_ms'))} (enqueue→start) | "
       f"{f(g(dpg, 'queue_burst.steps_per_s'))} | – |")  # fmt: skip
-    w(f"| DBOS, PostgreSQL, sequential in-process | – | – | – | {f(g(dpg, 'seq_wf3.steps_per_s'))} | – |")
+    w(
+        f"| DBOS, PostgreSQL, sequential in-process | – | – | – | {f(g(dpg, 'seq_wf3.steps_per_s'))} | – |"
+    )
     w(f"| raw PostgreSQL floor (3 tx, 5 rows): 1 connection / 4 writers | – | – | – | "
       f"{f(g(raw, 'postgres.one_connection.steps_per_s'))} / {f(g(raw, 'postgres.four_writers.steps_per_s'))} | – |")  # fmt: skip
     hop_tx = g(raw, "postgres.hop_transactions.p50_ms")
-    floor_hop = chop + hop_tx if isinstance(chop, int | float) and isinstance(hop_tx, int | float) else None
-    w(f"| hop floor: raw Celery hop + a hop's two transactions issued bare (raw_floor.py `pg_hop_pairs`: "
+    floor_hop = (
+        chop + hop_tx if isinstance(chop, int | float) and isinstance(hop_tx, int | float) else None
+    )
+    w(f"| hop floor: raw Celery hop + a hop's two transactions issued bare (peer_raw_floor.py `pg_hop_pairs`: "
       f"{f(hop_tx)} ms p50) | {f(floor_hop)} | – | – | – | – |")  # fmt: skip
     w("")
     pg_hop = g(epg, "hops.unloaded_hop.p50_ms")
     pg_hop_off = g(epg_off, "hops.unloaded_hop.p50_ms")
     pg_sps = g(epg, "chains.steps_per_s")
     dbos_wf10 = g(dpg, "seq_wf10.workflows_per_s")
-    dbos_pg_sps = max([v for v in (g(dpg, "queue_burst.steps_per_s"), g(dpg, "seq_wf3.steps_per_s"), dbos_wf10 * 10 if isinstance(dbos_wf10, int | float) else None) if isinstance(v, int | float)] or [0]) or None
+    dbos_pg_sps = (
+        max(
+            [
+                v
+                for v in (
+                    g(dpg, "queue_burst.steps_per_s"),
+                    g(dpg, "seq_wf3.steps_per_s"),
+                    dbos_wf10 * 10 if isinstance(dbos_wf10, int | float) else None,
+                )
+                if isinstance(v, int | float)
+            ]
+            or [0]
+        )
+        or None
+    )
     dbos_e2s = g(dpg, "queue_unloaded_enqueue_to_start.p50_ms")
     w("10-step workflows (B3's throughput target; `chains`: a burst of ten-step no-op workflows) and "
       "the start delay of a fresh one-step workflow created every 50 ms while 50 ten-step workflows run "
       "(`fresh`; each finished chain replaced at once):")  # fmt: skip
     w("")
-    w("| | 10-step burst steps/s | hop p50 under that burst ms | fresh start p50 / p99 ms | chains finished meanwhile |")
+    w(
+        "| | 10-step burst steps/s | hop p50 under that burst ms | fresh start p50 / p99 ms | chains finished meanwhile |"
+    )
     w("|---|---:|---:|---:|---:|")
     for label, d in (("inline successors on (default)", epg), ("inline successors off", epg_off)):
         w(f"| {label} | {f(g(d, 'chains.steps_per_s'))} | {f(g(d, 'chains.hop_under_load.p50_ms'))} | "
           f"{f(g(d, 'fresh.create_to_first_step.p50_ms'))} / {f(g(d, 'fresh.create_to_first_step.p99_ms'))} | "
           f"{f(g(d, 'fresh.chains_completed_meanwhile'))} |")  # fmt: skip
-    w(f"| DBOS, PostgreSQL, best mode (queue burst, 3- or 10-step sequential) | {f(dbos_pg_sps)} | – | – | – |")
+    w(
+        f"| DBOS, PostgreSQL, best mode (queue burst, 3- or 10-step sequential) | {f(dbos_pg_sps)} | – | – | – |"
+    )
     w("")
     fresh_on = g(epg, "fresh.create_to_first_step.p99_ms")
     fresh_off = g(epg_off, "fresh.create_to_first_step.p99_ms")
@@ -193,14 +233,30 @@ def render() -> str:
     w("")
     w("| target | measured | verdict |")
     w("|---|---|---|")
-    w(f"| B3 steps/s ≥ 2× DBOS on PostgreSQL (10-step workflows; DBOS's best mode) | {f(pg_sps)} vs {f(dbos_pg_sps)} = {ratio(pg_sps, dbos_pg_sps)} | {verdict(ge(pg_sps, 2 * dbos_pg_sps) if dbos_pg_sps else None)} |")
-    w(f"| B3 hop p50, inline successor ≤ 1.0× raw Celery hop | {f(pg_hop)} ms vs {f(chop)} ms = {ratio(pg_hop, chop)} | {verdict(le(pg_hop, chop) if chop else None)} |")
-    w(f"| B3 hop p50, published (inline off) ≤ 3× raw Celery hop | {f(pg_hop_off)} ms vs {f(chop)} ms = {ratio(pg_hop_off, chop)} | {verdict(le(pg_hop_off, 3 * chop) if chop and pg_hop_off else None)} |")
-    w(f"| fresh-workflow start delay p99 while chains run, inline on ≤ 2× off | {f(fresh_on)} vs {f(fresh_off)} ms = {ratio(fresh_on, fresh_off)} | {verdict(le(fresh_on, 2 * fresh_off) if isinstance(fresh_off, int | float) else None)} |")
-    w(f"| B3 hop p50 ≤ ⅕ of DBOS enqueue→start | {f(pg_hop)} ms vs {f(dbos_e2s)} ms = {ratio(pg_hop, dbos_e2s)} | {verdict(le(pg_hop, dbos_e2s / 5) if dbos_e2s else None)} |")
-    w(f"| B2 hop p50 ≤ 3× raw Celery hop (SQLite) | {f(g(esq, 'hops.unloaded_hop.p50_ms'))} ms = {ratio(g(esq, 'hops.unloaded_hop.p50_ms'), chop)} | {verdict(le(g(esq, 'hops.unloaded_hop.p50_ms'), 3 * chop) if chop else None)} |")
-    w(f"| Embedded hop p50 < 100 ms | {f(g(emb, 'unloaded_hop.p50_ms'))} ms | {verdict(le(g(emb, 'unloaded_hop.p50_ms'), 100))} |")
-    w(f"| Embedded ≥ 100 steps/s | {f(g(emb, 'burst.steps_per_s'))} | {verdict(ge(g(emb, 'burst.steps_per_s'), 100))} |")
+    w(
+        f"| B3 steps/s ≥ 2× DBOS on PostgreSQL (10-step workflows; DBOS's best mode) | {f(pg_sps)} vs {f(dbos_pg_sps)} = {ratio(pg_sps, dbos_pg_sps)} | {verdict(ge(pg_sps, 2 * dbos_pg_sps) if dbos_pg_sps else None)} |"
+    )
+    w(
+        f"| B3 hop p50, inline successor ≤ 1.0× raw Celery hop | {f(pg_hop)} ms vs {f(chop)} ms = {ratio(pg_hop, chop)} | {verdict(le(pg_hop, chop) if chop else None)} |"
+    )
+    w(
+        f"| B3 hop p50, published (inline off) ≤ 3× raw Celery hop | {f(pg_hop_off)} ms vs {f(chop)} ms = {ratio(pg_hop_off, chop)} | {verdict(le(pg_hop_off, 3 * chop) if chop and pg_hop_off else None)} |"
+    )
+    w(
+        f"| fresh-workflow start delay p99 while chains run, inline on ≤ 2× off | {f(fresh_on)} vs {f(fresh_off)} ms = {ratio(fresh_on, fresh_off)} | {verdict(le(fresh_on, 2 * fresh_off) if isinstance(fresh_off, int | float) else None)} |"
+    )
+    w(
+        f"| B3 hop p50 ≤ ⅕ of DBOS enqueue→start | {f(pg_hop)} ms vs {f(dbos_e2s)} ms = {ratio(pg_hop, dbos_e2s)} | {verdict(le(pg_hop, dbos_e2s / 5) if dbos_e2s else None)} |"
+    )
+    w(
+        f"| B2 hop p50 ≤ 3× raw Celery hop (SQLite) | {f(g(esq, 'hops.unloaded_hop.p50_ms'))} ms = {ratio(g(esq, 'hops.unloaded_hop.p50_ms'), chop)} | {verdict(le(g(esq, 'hops.unloaded_hop.p50_ms'), 3 * chop) if chop else None)} |"
+    )
+    w(
+        f"| Embedded hop p50 < 100 ms | {f(g(emb, 'unloaded_hop.p50_ms'))} ms | {verdict(le(g(emb, 'unloaded_hop.p50_ms'), 100))} |"
+    )
+    w(
+        f"| Embedded ≥ 100 steps/s | {f(g(emb, 'burst.steps_per_s'))} | {verdict(ge(g(emb, 'burst.steps_per_s'), 100))} |"
+    )
     w("")
     if floor_hop and isinstance(pg_hop, int | float) and chop:
         w(f"How close the B3 hop is to its floor: the raw Celery hop plus the same two transactions "
@@ -217,7 +273,7 @@ def render() -> str:
         w("")
         w("| segment | p50 ms |")
         w("|---|---:|")
-        from hop_trace import SEGMENTS
+        from bench.hop_trace import SEGMENTS
 
         for label in [label for label, _, _ in SEGMENTS] + ["whole hop"]:
             w(f"| {label} | {f(g(trace, label + '.p50_ms') if label in trace else None)} |")
@@ -230,7 +286,9 @@ def render() -> str:
       "the woken step's message published: when a webhook could answer), and, for comparison, from "
       "just before that commit was called (which adds the signal row's own durable commit).")  # fmt: skip
     w("")
-    w("| | from committed: sequential p50 / p99 ms | from commit called: sequential p50 / p99 ms | the signal's commit p50 ms | 200 concurrent waiters p50 / p99 ms (from commit called) | raw Celery enqueue→start p50 |")
+    w(
+        "| | from committed: sequential p50 / p99 ms | from commit called: sequential p50 / p99 ms | the signal's commit p50 ms | 200 concurrent waiters p50 / p99 ms (from commit called) | raw Celery enqueue→start p50 |"
+    )
     w("|---|---:|---:|---:|---:|---:|")
     for label, d in (("PostgreSQL + Redis", epg), ("SQLite + Redis", esq)):
         w(f"| {label} | {f(g(d, 'signals.sequential_from_committed.p50_ms'))} / {f(g(d, 'signals.sequential_from_committed.p99_ms'))} | "
@@ -261,15 +319,31 @@ def render() -> str:
         rss_p = g(d6, "worker_rss_kb_while_parked.main_kb")
         w("| measure | value |")
         w("|---|---|")
-        w(f"| steps scheduled ahead | {d6.get('steps')} (messages sent before due: {f(d6.get('sent_at_commit_before_due'))}; Redis queue length while parked: {d6.get('redis_queue_len_while_parked')}) |")
-        w(f"| worker main-process RSS before → while parked | {f(rss_b)} → {f(rss_p)} KB (Δ {d6.get('worker_main_rss_growth_parked_kb')} KB; children {f(g(d6, 'worker_rss_kb_before_create.children_kb'))} → {f(g(d6, 'worker_rss_kb_while_parked.children_kb'))} KB) |")
-        w(f"| brought due by time travel, over | {d6.get('brought_due')} steps over {d6.get('time_travel_window_s')} s, worker restarted {d6.get('worker_restarts')}× meanwhile |")
-        w(f"| ran / duplicates / due but never ran / ran early / not-due that ran | {d6.get('ran')} / **{d6.get('duplicates')}** / {d6.get('due_never_ran')} / {d6.get('ran_early')} / {d6.get('not_due_ran')} |")
-        w(f"| dispatch lag (sent_at − scheduled_for) p50 / p99 / max | {f(g(d6, 'dispatch_lag_sent_minus_due.p50_ms'))} / {f(g(d6, 'dispatch_lag_sent_minus_due.p99_ms'))} / {f(g(d6, 'dispatch_lag_sent_minus_due.max_ms'))} ms (dispatcher period {d6.get('dispatch_period_s')} s) |")
-        w(f"| body start − scheduled_for p50 / p99 | {f(g(d6, 'start_lag_body_start_minus_due.p50_ms'))} / {f(g(d6, 'start_lag_body_start_minus_due.p99_ms'))} ms |")
+        w(
+            f"| steps scheduled ahead | {d6.get('steps')} (messages sent before due: {f(d6.get('sent_at_commit_before_due'))}; Redis queue length while parked: {d6.get('redis_queue_len_while_parked')}) |"
+        )
+        w(
+            f"| worker main-process RSS before → while parked | {f(rss_b)} → {f(rss_p)} KB (Δ {d6.get('worker_main_rss_growth_parked_kb')} KB; children {f(g(d6, 'worker_rss_kb_before_create.children_kb'))} → {f(g(d6, 'worker_rss_kb_while_parked.children_kb'))} KB) |"
+        )
+        w(
+            f"| brought due by time travel, over | {d6.get('brought_due')} steps over {d6.get('time_travel_window_s')} s, worker restarted {d6.get('worker_restarts')}× meanwhile |"
+        )
+        w(
+            f"| ran / duplicates / due but never ran / ran early / not-due that ran | {d6.get('ran')} / **{d6.get('duplicates')}** / {d6.get('due_never_ran')} / {d6.get('ran_early')} / {d6.get('not_due_ran')} |"
+        )
+        w(
+            f"| dispatch lag (sent_at − scheduled_for) p50 / p99 / max | {f(g(d6, 'dispatch_lag_sent_minus_due.p50_ms'))} / {f(g(d6, 'dispatch_lag_sent_minus_due.p99_ms'))} / {f(g(d6, 'dispatch_lag_sent_minus_due.max_ms'))} ms (dispatcher period {d6.get('dispatch_period_s')} s) |"
+        )
+        w(
+            f"| body start − scheduled_for p50 / p99 | {f(g(d6, 'start_lag_body_start_minus_due.p50_ms'))} / {f(g(d6, 'start_lag_body_start_minus_due.p99_ms'))} ms |"
+        )
         if d6.get("wait_until_steps"):
-            w(f"| of them held by a `wait_until` job option (issue 20) | {d6.get('wait_until_steps')}: sent while parked {d6.get('wait_until_sent_while_parked')}, Redis unacked while parked {d6.get('redis_unacked_while_parked')}; {d6.get('wait_until_brought_due')} of them among those brought due |")
-        w(f"| worker RSS after the run (main / children) | {f(g(d6, 'worker_rss_kb_after_run.main_kb'))} / {f(g(d6, 'worker_rss_kb_after_run.children_kb'))} KB |")
+            w(
+                f"| of them held by a `wait_until` job option (issue 20) | {d6.get('wait_until_steps')}: sent while parked {d6.get('wait_until_sent_while_parked')}, Redis unacked while parked {d6.get('redis_unacked_while_parked')}; {d6.get('wait_until_brought_due')} of them among those brought due |"
+            )
+        w(
+            f"| worker RSS after the run (main / children) | {f(g(d6, 'worker_rss_kb_after_run.main_kb'))} / {f(g(d6, 'worker_rss_kb_after_run.children_kb'))} KB |"
+        )
         lag99 = g(d6, "dispatch_lag_sent_minus_due.p99_ms")
         period_ms = (d6.get("dispatch_period_s") or 1) * 1000
         growth = d6.get("worker_main_rss_growth_parked_kb")
@@ -293,11 +367,21 @@ def render() -> str:
         w("")
         w("| measure | value |")
         w("|---|---|")
-        w(f"| rows deleted (executions + workflows) | {f(b7.get('rows_deleted'))} in {b7.get('elapsed_s')} s = **{f(b7.get('rows_per_s'))} rows/s** ({f(b7.get('step_executions_per_s'))} executions/s) |")
-        w(f"| batch transaction (batch size {b7.get('batch_size')}) p50 / p99 / max | {f(g(b7, 'batch_transaction.p50_ms'))} / {f(g(b7, 'batch_transaction.p99_ms'))} / {f(g(b7, 'batch_transaction.max_ms'))} ms |")
-        w(f"| hop p50 / p99 before | {f(g(b7, 'hop_before.p50_ms'))} / {f(g(b7, 'hop_before.p99_ms'))} ms |")
-        w(f"| hop p50 / p99 during | {f(g(b7, 'hop_during.p50_ms'))} / {f(g(b7, 'hop_during.p99_ms'))} ms ({ratio(g(b7, 'hop_during.p99_ms'), g(b7, 'hop_before.p99_ms'))} of before) |")
-        w(f"| ongoing workflows left untouched | {b7.get('ongoing_left')} of {b7.get('ongoing_workflows')} |")
+        w(
+            f"| rows deleted (executions + workflows) | {f(b7.get('rows_deleted'))} in {b7.get('elapsed_s')} s = **{f(b7.get('rows_per_s'))} rows/s** ({f(b7.get('step_executions_per_s'))} executions/s) |"
+        )
+        w(
+            f"| batch transaction (batch size {b7.get('batch_size')}) p50 / p99 / max | {f(g(b7, 'batch_transaction.p50_ms'))} / {f(g(b7, 'batch_transaction.p99_ms'))} / {f(g(b7, 'batch_transaction.max_ms'))} ms |"
+        )
+        w(
+            f"| hop p50 / p99 before | {f(g(b7, 'hop_before.p50_ms'))} / {f(g(b7, 'hop_before.p99_ms'))} ms |"
+        )
+        w(
+            f"| hop p50 / p99 during | {f(g(b7, 'hop_during.p50_ms'))} / {f(g(b7, 'hop_during.p99_ms'))} ms ({ratio(g(b7, 'hop_during.p99_ms'), g(b7, 'hop_before.p99_ms'))} of before) |"
+        )
+        w(
+            f"| ongoing workflows left untouched | {b7.get('ongoing_left')} of {b7.get('ongoing_workflows')} |"
+        )
         w("")
         w(f"Targets: ≥ 60,000 rows/s {verdict(ge(b7.get('rows_per_s'), 60000))}; batches ≤ 150 ms "
           f"{verdict(le(g(b7, 'batch_transaction.p99_ms'), 150))}; hop p99 at most doubled "
@@ -320,7 +404,9 @@ def render() -> str:
                 w(f"| {name} | {case['skipped']} | | | |")
                 continue
             p = case.get("partial", {})
-            w(f"| {name} | {f(p.get('p50_ms'))} / {f(p.get('p99_ms'))} | {f(p.get('statements'))} | {f(p.get('db_ms_p50'))} | {f(g(case, 'full.p50_ms'))} |")
+            w(
+                f"| {name} | {f(p.get('p50_ms'))} / {f(p.get('p99_ms'))} | {f(p.get('statements'))} | {f(p.get('db_ms_p50'))} | {f(g(case, 'full.p50_ms'))} |"
+            )
         w("")
         first = g(b8, "cases.none page 1.partial.p50_ms")
         first99 = g(b8, "cases.none page 1.partial.p99_ms")
@@ -336,11 +422,19 @@ def render() -> str:
     w("## B9 — /metrics at the same scale")
     w("")
     if b9:
-        w(f"Status: {status(meta, 'b9')} (bench/bench_metrics.py; analysis in bench/B9_METRICS.md).")
+        w(
+            f"Status: {status(meta, 'b9')} (bench/engine_metrics.py; analysis in bench/B9_METRICS.md)."
+        )
         w("")
         w("| measure | p50 / p99 ms |")
         w("|---|---:|")
-        for key in ("scrape_cached", "scrape_stale_while_revalidate", "scrape_uncached", "collect", "background_refresh"):
+        for key in (
+            "scrape_cached",
+            "scrape_stale_while_revalidate",
+            "scrape_uncached",
+            "collect",
+            "background_refresh",
+        ):
             if key in b9:
                 w(f"| {key} | {f(g(b9, key + '.p50_ms'))} / {f(g(b9, key + '.p99_ms'))} |")
         w(f"| SQL statements per uncached scrape | {b9.get('statements_per_uncached_scrape')} |")
@@ -364,7 +458,7 @@ def render() -> str:
           f"**{f(b10.get('engine_vs_raw'), 3)}** (from the rounds' medians: {f(b10.get('engine_vs_raw_median'), 3)}); "
           f"{verdict(ge(b10.get('engine_vs_raw'), 0.15))} (≥ 0.15).")  # fmt: skip
         w("")
-    w("`scripts/test` runs `bench/b1_engine_sqlite.py --workflows 150 --guard-rounds 15 --min-ratio 0.15` right "
+    w("`scripts/test` runs `python -m bench.engine_inprocess_sqlite --workflows 150 --guard-rounds 15 --min-ratio 0.15` right "
       "after mypy, before the test suites: 15 short rounds alternate the raw 3-transaction floor and the engine in "
       "the same process, both timed in process CPU time, and the raw/engine ratio of each side's best round "
       "(the engine's marginal cost per step, as B1 defines it) must stay ≥ 0.15 "
@@ -398,7 +492,21 @@ def readme_table() -> str:
     emb = read_result("engine_embedded") or {}
     chop = g(cp, "chain_hop_unloaded.p50_ms")
     dbos_wf10 = g(dpg, "seq_wf10.workflows_per_s")
-    dbos_best = max([v for v in (g(dpg, "queue_burst.steps_per_s"), g(dpg, "seq_wf3.steps_per_s"), dbos_wf10 * 10 if isinstance(dbos_wf10, int | float) else None) if isinstance(v, int | float)] or [0]) or None
+    dbos_best = (
+        max(
+            [
+                v
+                for v in (
+                    g(dpg, "queue_burst.steps_per_s"),
+                    g(dpg, "seq_wf3.steps_per_s"),
+                    dbos_wf10 * 10 if isinstance(dbos_wf10, int | float) else None,
+                )
+                if isinstance(v, int | float)
+            ]
+            or [0]
+        )
+        or None
+    )
     rows = [
         ("B3 throughput, 10-step workflows, PostgreSQL + Redis, Celery prefork -c 2", f"{f(g(epg, 'chains.steps_per_s'))} steps/s", f"{f(g(epg_off, 'chains.steps_per_s'))} steps/s", f"DBOS best mode {f(dbos_best)} steps/s"),
         ("B3 hop p50 (end of a step → start of the next)", f"{f(g(epg, 'hops.unloaded_hop.p50_ms'))} ms", f"{f(g(epg_off, 'hops.unloaded_hop.p50_ms'))} ms", f"raw Celery chain hop {f(chop)} ms"),
@@ -408,7 +516,7 @@ def readme_table() -> str:
     ]  # fmt: skip
     lines = [
         README_START,
-        f"Measured by `bench/run.py` ({meta.get('started', '?')}, {'quick' if meta.get('quick') else 'full'} mode) on a "
+        f"Measured by `python -m bench.run` ({meta.get('started', '?')}, {'quick' if meta.get('quick') else 'full'} mode) on a "
         "2-vCPU machine shared with other test runs; ratios and their paired-round medians are in "
         "[bench/RESULTS.md](bench/RESULTS.md).",
         "",
@@ -435,7 +543,13 @@ def kept_sections() -> str:
     if not path.exists():
         return ""
     parts = path.read_text().split("\n## ")
-    kept = [p for p in parts[1:] if not p.startswith(OWN_HEADINGS)]
+    # NOTES.md's own "## " sections are rendered from NOTES.md itself: not carried over again.
+    notes = BENCH / "NOTES.md"
+    from_notes = tuple(
+        line[3:] for line in (notes.read_text().splitlines() if notes.exists() else [])
+        if line.startswith("## ")
+    )  # fmt: skip
+    kept = [p for p in parts[1:] if not p.startswith(OWN_HEADINGS + from_notes)]
     return "".join(f"\n## {p.rstrip()}\n" for p in kept)
 
 

@@ -1,13 +1,15 @@
 """Issue 8: every benchmark scenario for our engine and its peers in one run -> bench/RESULTS.md.
 
-    .venv/bin/python bench/run.py            # full run (5-6 min quiet, ~45 min on a loaded 2-core machine)
-    .venv/bin/python bench/run.py --quick    # small N everywhere (~10 min)
-    .venv/bin/python bench/run.py --only b1,raw --quick
-    .venv/bin/python bench/run.py --render   # re-render RESULTS.md from bench/out/*.json
+    .venv/bin/python -m bench.run            # full run (5-6 min quiet, ~45 min on a loaded 2-core machine)
+    .venv/bin/python -m bench.run --quick    # small N everywhere (~10 min)
+    .venv/bin/python -m bench.run --only b1,raw --quick
+    .venv/bin/python -m bench.run --render   # re-render RESULTS.md from bench/out/*.json
+
+(from the repository root, like every bench script: ``python -m bench.<name>``).
 
 Uses PostgreSQL (postgresql+psycopg://postgres@127.0.0.1:5432/test; schemas geneva_bench*,
 dropped afterwards; B8/B9 share the kept ``bench_metrics`` schema seeded by
-bench/bench_metrics.py) and Redis 127.0.0.1:6379 database 14 (GENEVA_BENCH_REDIS_URL; GENEVA_BENCH_SCHEMA
+bench/engine_metrics.py) and Redis 127.0.0.1:6379 database 14 (GENEVA_BENCH_REDIS_URL; GENEVA_BENCH_SCHEMA
 and GENEVA_BENCH_DBOS_DB rename the engine's schema and DBOS's database when another run shares
 the services). DBOS runs in its own venv
 (bench/.venv-peers, created here with ``pip install dbos``) to keep its dependencies out of
@@ -24,13 +26,9 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
-
-from common import OUT, PY, ROOT, env_info, read_result  # noqa: E402
+from bench.common import BENCH, OUT, PY, ROOT, child_env, env_info, read_result
 
 PEERS_VENV = BENCH / ".venv-peers"
 PEERS_PY = PEERS_VENV / "bin" / "python"
@@ -42,7 +40,9 @@ def ensure_peers_venv() -> str | None:
         ok = subprocess.run([str(PEERS_PY), "-c", "import dbos"], capture_output=True)
         if ok.returncode == 0:
             return None
-    made = subprocess.run([PY, "-m", "venv", "--clear", str(PEERS_VENV)], capture_output=True, text=True)
+    made = subprocess.run(
+        [PY, "-m", "venv", "--clear", str(PEERS_VENV)], capture_output=True, text=True
+    )
     if made.returncode != 0:
         return f"python -m venv failed: {made.stderr.strip()[-400:]}"
     pip = subprocess.run(
@@ -61,41 +61,41 @@ def steps(quick: bool) -> list[tuple[str, list[str], int]]:
     py = [PY]
     peers = [str(PEERS_PY)]
     return [
-        ("raw", [*py, "bench/raw_floor.py", "--n", "500" if quick else "1000"], 600),
-        ("b1", [*py, "bench/b1_engine_sqlite.py", "--workflows", "100" if quick else "300",
+        ("raw", [*py, "-m", "bench.peer_raw_floor", "--n", "500" if quick else "1000"], 600),
+        ("b1", [*py, "-m", "bench.engine_inprocess_sqlite", "--workflows", "100" if quick else "300",
                 "--repeats", "1" if quick else "3", "--json", str(OUT / "b1.json")], 900),
-        ("dbos-sqlite", [*peers, "bench/dbos_peer.py", "--backend", "sqlite-wal", "--sync-normal",
+        ("dbos-sqlite", [*peers, "-m", "bench.peer_dbos", "--backend", "sqlite-wal", "--sync-normal",
                          "--n", "100" if quick else "300"], 900),
-        ("celery-peer", [*py, "bench/celery_peer.py", *q], 600),
-        ("engine-sqlite", [*py, "bench/engine_celery.py", "--backend", "sqlite",
+        ("celery-peer", [*py, "-m", "bench.peer_celery", *q], 600),
+        ("engine-sqlite", [*py, "-m", "bench.engine_celery", "--backend", "sqlite",
                            "--scenarios", "hops,signals", *q], 1200),
-        ("dbos-pg", [*peers, "bench/dbos_peer.py", "--backend", "postgres",
+        ("dbos-pg", [*peers, "-m", "bench.peer_dbos", "--backend", "postgres",
                      "--n", "100" if quick else "150"], 900),
-        ("engine-pg", [*py, "bench/engine_celery.py", "--backend", "postgres",
+        ("engine-pg", [*py, "-m", "bench.engine_celery", "--backend", "postgres",
                        "--scenarios", "hops,signals,chains,fresh", *q], 1800),
         # B3 again with every successor published (issue 20: inline successors off).
-        ("engine-pg-noinline", [*py, "bench/engine_celery.py", "--backend", "postgres",
+        ("engine-pg-noinline", [*py, "-m", "bench.engine_celery", "--backend", "postgres",
                                 "--scenarios", "hops,chains,fresh", "--inline", "off",
                                 "--name", "engine_celery_postgres_noinline", *q], 1800),
-        ("engine-pg-trace", [*py, "bench/engine_celery.py", "--backend", "postgres", "--scenarios", "trace",
+        ("engine-pg-trace", [*py, "-m", "bench.engine_celery", "--backend", "postgres", "--scenarios", "trace",
                              "--name", "engine_celery_postgres_trace", *q], 600),
         # B3 again with the gem's fully synchronous commits (GENEVA_SYNCHRONOUS_START_COMMIT).
-        ("engine-pg-sync", ["env", "GENEVA_SYNCHRONOUS_START_COMMIT=true", *py, "bench/engine_celery.py",
+        ("engine-pg-sync", ["env", "GENEVA_SYNCHRONOUS_START_COMMIT=true", *py, "-m", "bench.engine_celery",
                             "--backend", "postgres", "--scenarios", "hops",
                             "--name", "engine_celery_postgres_sync", *q], 1200),
-        ("b6", [*py, "bench/engine_celery.py", "--backend", "postgres", "--scenarios", "delayed",
+        ("b6", [*py, "-m", "bench.engine_celery", "--backend", "postgres", "--scenarios", "delayed",
                 "--name", "b6_delayed", *q], 1800),
-        ("embedded", [*py, "bench/engine_embedded.py", *q], 600),
-        ("b7", [*py, "bench/b7_housekeeping.py", *q], 1800),
-        ("b8", [*py, "bench/b8_dashboard.py", *q], 1800),
-        ("b9", [*py, "bench/bench_metrics.py", "--runs", "5" if quick else "10"], 1800),
-        ("b10", [*py, "bench/b1_engine_sqlite.py", "--workflows", "150", "--guard-rounds", "15",
+        ("embedded", [*py, "-m", "bench.engine_embedded", *q], 600),
+        ("b7", [*py, "-m", "bench.engine_housekeeping", *q], 1800),
+        ("b8", [*py, "-m", "bench.engine_dashboard", *q], 1800),
+        ("b9", [*py, "-m", "bench.engine_metrics", "--runs", "5" if quick else "10"], 1800),
+        ("b10", [*py, "-m", "bench.engine_inprocess_sqlite", "--workflows", "150", "--guard-rounds", "15",
                  "--json", str(OUT / "b10.json")], 600),
     ]  # fmt: skip
 
 
 def run_steps(selected: list[tuple[str, list[str], int]], meta: dict[str, Any]) -> None:
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}:{BENCH}")
+    env = child_env()
     for name, cmd, limit in selected:
         if name.startswith("dbos") and meta.get("dbos_unavailable"):
             meta["steps"][name] = {"status": "not run", "reason": meta["dbos_unavailable"]}
@@ -104,12 +104,18 @@ def run_steps(selected: list[tuple[str, list[str], int]], meta: dict[str, Any]) 
         t0 = time.time()
         load0 = os.getloadavg()[0]
         try:
-            proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
+            proc = subprocess.run(
+                cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit
+            )
             status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}"
             tail = (proc.stderr or "")[-1500:]
         except subprocess.TimeoutExpired as exc:
             status = f"timeout after {limit} s"
-            tail = (exc.stderr or b"").decode(errors="replace")[-1500:] if isinstance(exc.stderr, bytes) else str(exc.stderr or "")[-1500:]
+            tail = (
+                (exc.stderr or b"").decode(errors="replace")[-1500:]
+                if isinstance(exc.stderr, bytes)
+                else str(exc.stderr or "")[-1500:]
+            )
         meta["steps"][name] = {
             "status": status,
             "elapsed_s": round(time.time() - t0, 1),
@@ -128,7 +134,7 @@ def main() -> int:
     args = parser.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
     if not args.render:
-        command = " ".join(["bench/run.py", *sys.argv[1:]])
+        command = " ".join(["-m", "bench.run", *sys.argv[1:]])
         meta: dict[str, Any] = {
             "command": f".venv/bin/python {command}",
             "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
@@ -159,7 +165,7 @@ def main() -> int:
             if metrics.exists():
                 (OUT / "b9_bench_metrics.json").write_text(metrics.read_text())
         (OUT / "run_meta.json").write_text(json.dumps(meta, indent=2, default=str))
-    from report import render, write_readme_table
+    from bench.report import render, write_readme_table
 
     (BENCH / "RESULTS.md").write_text(render())
     write_readme_table()

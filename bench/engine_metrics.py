@@ -2,10 +2,10 @@
 
 Not a test. Run::
 
-    .venv/bin/python bench/bench_metrics.py                       # seeds once, then measures
-    .venv/bin/python bench/bench_metrics.py --reseed --workflows 1000000
+    .venv/bin/python -m bench.engine_metrics                       # seeds once, then measures
+    .venv/bin/python -m bench.engine_metrics --reseed --workflows 1000000
     GENEVA_BENCH_DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:5432/test ...
-    .venv/bin/python bench/bench_metrics.py --url sqlite:////tmp/bench_metrics.sqlite3   # SQLite
+    .venv/bin/python -m bench.engine_metrics --url sqlite:////tmp/bench_metrics.sqlite3   # SQLite
 
 Seeds a dedicated schema (``bench_metrics``; kept between runs, ``--reseed`` rebuilds it) with
 ``generate_series`` in a few statements, then measures:
@@ -31,18 +31,15 @@ import json
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from sqlalchemy import Engine, event, text
 
-from sqlalchemy import Engine, event, text  # noqa: E402
-
-from geneva_drive import db, metrics  # noqa: E402
-from geneva_drive.models import Base  # noqa: E402
+from bench.common import ROOT
+from geneva_drive import db, metrics
+from geneva_drive.models import Base
 
 SCHEMA = "bench_metrics"
 CLASSES = 10

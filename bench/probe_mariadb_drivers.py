@@ -2,7 +2,7 @@
 (a locking read of a joined row, two UPDATEs, an INSERT, COMMIT) through SQLAlchemy on each
 driver that is installed, against MariaDB at GENEVA_BENCH_MARIADB_URL's server.
 
-    python bench/mariadb_drivers.py [--rounds 2000]
+    .venv/bin/python -m bench.probe_mariadb_drivers [--rounds 2000]
 
 Prints per driver: microseconds per transaction (wall) and of process CPU. Needs the drivers
 importable (PyMySQL comes with geneva-drive; mysqlclient and mariadb need libmariadb-dev to

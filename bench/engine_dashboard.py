@@ -1,7 +1,7 @@
 """B8: dashboard list pages and the detail page at 1,000,000 workflows + 3,000,000 executions.
 
 PostgreSQL schema ``bench_metrics``: seeded with INSERT … SELECT generate_series by
-bench/bench_metrics.py's ``seed()`` (the B9 bench; kept between runs because seeding takes
+bench/engine_metrics.py's ``seed()`` (the B9 bench; kept between runs because seeding takes
 minutes on this machine; ``--reseed`` rebuilds it, ``--drop`` drops it afterwards). Requests go
 through the Flask test client (server time: routing, queries, templates), as the HTMX partial
 (``HX-Request: true``, what paging swaps in) and as the full page:
@@ -16,7 +16,7 @@ through the Flask test client (server time: routing, queries, templates), as the
 
 Reports server-time p50/p99, SQL statements and DB time per request, and deep/first ratios.
 
-    .venv/bin/python bench/b8_dashboard.py [--quick] [--reseed] [--drop] [--schema S --name N]
+    .venv/bin/python -m bench.engine_dashboard [--quick] [--reseed] [--drop] [--schema S --name N]
 
 ``--schema`` seeds and measures another schema than the shared ``bench_metrics`` (a side
 run that must not race another bench's reseed); ``--name`` writes ``results/<name>.json``
@@ -29,14 +29,11 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import PG_URL, drop_pg_schema, env_info, pg_schema_url, summarize_ms, write_result
 from sqlalchemy import event, text
+
+from bench.common import PG_URL, drop_pg_schema, env_info, pg_schema_url, summarize_ms, write_result
 
 SCHEMA = "bench_metrics"
 
@@ -51,10 +48,10 @@ LATER_INDEXES = (
 
 
 def ensure_seed(reseed: bool, schema: str) -> dict[str, Any]:
-    import bench_metrics  # the B9 bench owns the seed
+    from bench import engine_metrics  # the B9 bench owns the seed
 
-    bench_metrics.SCHEMA = schema
-    seeded: dict[str, Any] = bench_metrics.seed(PG_URL, 1_000_000, reseed)
+    engine_metrics.SCHEMA = schema
+    seeded: dict[str, Any] = engine_metrics.seed(PG_URL, 1_000_000, reseed)
     from sqlalchemy import create_engine
 
     engine = create_engine(pg_schema_url(schema), isolation_level="AUTOCOMMIT")
@@ -72,7 +69,9 @@ def cursor_at(engine: Any, where: str, offset: int) -> int | None:
         return None
     with engine.connect() as c:
         return c.execute(
-            text(f"SELECT id FROM geneva_drive_workflows {where} ORDER BY id DESC OFFSET :o LIMIT 1"),
+            text(
+                f"SELECT id FROM geneva_drive_workflows {where} ORDER BY id DESC OFFSET :o LIMIT 1"
+            ),
             {"o": offset - 1},
         ).scalar()
 
@@ -178,7 +177,10 @@ def main() -> int:
                 cases[f"{fname} page {page}"] = {"url": url, "partial": measure(url, True)}
                 if page == 1 or fname == "none":
                     cases[f"{fname} page {page}"]["full"] = measure(url, False)
-                print(f"[b8] {fname} page {page}: {cases[f'{fname} page {page}']['partial']}", file=sys.stderr)
+                print(
+                    f"[b8] {fname} page {page}: {cases[f'{fname} page {page}']['partial']}",
+                    file=sys.stderr,
+                )
         cases["detail"] = {"url": f"/workflows/{detail_id}", "full": measure(f"/workflows/{detail_id}", False),
                            "partial": measure(f"/workflows/{detail_id}", True)}  # fmt: skip
         res["cases"] = cases

@@ -11,7 +11,7 @@ the engine on the same schema:
    same hop probe runs;
 3. rows/s, batch p50/max, hop p99 during vs before.
 
-    .venv/bin/python bench/b7_housekeeping.py [--executions 1000000] [--quick]
+    .venv/bin/python -m bench.engine_housekeeping [--executions 1000000] [--quick]
 """
 
 from __future__ import annotations
@@ -21,15 +21,12 @@ import sys
 import tempfile
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import Deadline, env_info, summarize_ms, write_result
-from engine_celery import Stack, hops_of
 from sqlalchemy import event, text
+
+from bench.common import Deadline, env_info, summarize_ms, write_result
+from bench.engine_celery import Stack, hops_of
 
 SCHEMA = "geneva_bench_hk"
 
@@ -37,17 +34,22 @@ SCHEMA = "geneva_bench_hk"
 def seed(engine: Any, finished: int, ongoing: int) -> float:
     t0 = time.time()
     with engine.begin() as c:
-        c.execute(text(f"""
+        c.execute(
+            text(f"""
             INSERT INTO geneva_drive_workflows
                 (type, state, allow_multiple, created_at, updated_at, transitioned_at)
             SELECT 'HopFlow', 'finished', true, now() - interval '61 days',
                    now() - interval '60 days', now() - interval '60 days'
-            FROM generate_series(1, {finished})"""))
-        c.execute(text(f"""
+            FROM generate_series(1, {finished})""")
+        )
+        c.execute(
+            text(f"""
             INSERT INTO geneva_drive_workflows
                 (type, state, allow_multiple, created_at, updated_at)
-            SELECT 'HopFlow', 'ready', true, now(), now() FROM generate_series(1, {ongoing})"""))
-        c.execute(text("""
+            SELECT 'HopFlow', 'ready', true, now(), now() FROM generate_series(1, {ongoing})""")
+        )
+        c.execute(
+            text("""
             INSERT INTO geneva_drive_step_executions
                 (workflow_id, step_name, state, outcome, scheduled_for, started_at, completed_at,
                  finished_at, created_at, updated_at)
@@ -55,12 +57,15 @@ def seed(engine: Any, finished: int, ongoing: int) -> float:
                    w.created_at, w.created_at, w.created_at, w.created_at
             FROM geneva_drive_workflows w,
                  (VALUES ('one'), ('two'), ('three')) AS s(name)
-            WHERE w.state = 'finished'"""))
-        c.execute(text("""
+            WHERE w.state = 'finished'""")
+        )
+        c.execute(
+            text("""
             INSERT INTO geneva_drive_step_executions
                 (workflow_id, step_name, state, scheduled_for, created_at, updated_at)
             SELECT w.id, 'one', 'scheduled', now() + interval '30 days', now(), now()
-            FROM geneva_drive_workflows w WHERE w.state = 'ready'"""))
+            FROM geneva_drive_workflows w WHERE w.state = 'ready'""")
+        )
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
         c.execute(text("VACUUM ANALYZE geneva_drive_workflows"))
         c.execute(text("VACUUM ANALYZE geneva_drive_step_executions"))
@@ -145,7 +150,9 @@ def main() -> int:
             deleted = report.step_executions_cleaned_up + report.workflows_cleaned_up
             with stack.engine.connect() as c:
                 left = c.execute(text("SELECT count(*) FROM geneva_drive_step_executions")).scalar()
-                left_wf = c.execute(text("SELECT count(*) FROM geneva_drive_workflows WHERE state <> 'finished'")).scalar()
+                left_wf = c.execute(
+                    text("SELECT count(*) FROM geneva_drive_workflows WHERE state <> 'finished'")
+                ).scalar()
             res.update({
                 "report": report.as_dict(),
                 "error": timing.get("error"),

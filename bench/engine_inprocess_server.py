@@ -1,17 +1,17 @@
 """B1 on the server databases (issue 19): the engine's in-process bookkeeping per step on
 PostgreSQL and on MariaDB, each beside its raw floor, in one run.
 
-The same measurement as bench/b1_engine_sqlite.py (its EngineBench: no-op steps through the
+The same measurement as bench/engine_inprocess_sqlite.py (its EngineBench: no-op steps through the
 real executor, one session per execution, the after-commit messages run in order in process)
 with the database a server over TCP: every statement is a round trip and every commit waits
 for the server's log flush, so these figures are mostly the database's, and the raw floor
 (the same 3-transaction, 5-row step lifecycle as plain SQL) shows how much of it is.
 
-    .venv/bin/python bench/b1_engine_server.py [--workflows 150] [--backends postgres,mariadb]
+    .venv/bin/python -m bench.engine_inprocess_server [--workflows 150] [--backends postgres,mariadb]
 
 PostgreSQL in schema ``geneva_bench_b1`` (GENEVA_BENCH_PG_URL), MariaDB in database
 ``geneva_bench_b1`` (GENEVA_BENCH_MARIADB_URL), both dropped afterwards. Writes
-bench/out/b1_server.json; bench/mariadb_results.py renders it into bench/RESULTS.md.
+bench/out/b1_server.json; bench/report_mariadb.py renders it into bench/RESULTS.md.
 """
 
 from __future__ import annotations
@@ -20,17 +20,11 @@ import argparse
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event, text
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))
-sys.path.insert(0, str(BENCH))
-
-from b1_engine_sqlite import EngineBench, InlineQueue  # noqa: E402
-from common import (  # noqa: E402
+from bench.common import (
     drop_mariadb_database,
     drop_pg_schema,
     env_info,
@@ -39,11 +33,11 @@ from common import (  # noqa: E402
     reset_pg_schema,
     write_result,
 )
-
-from geneva_drive import db  # noqa: E402
-from geneva_drive.config import settings  # noqa: E402
-from geneva_drive.models import Base  # noqa: E402
-from geneva_drive.transport import set_transport  # noqa: E402
+from bench.engine_inprocess_sqlite import EngineBench, InlineQueue
+from geneva_drive import db
+from geneva_drive.config import settings
+from geneva_drive.models import Base
+from geneva_drive.transport import set_transport
 
 NAME = "geneva_bench_b1"
 
@@ -73,7 +67,11 @@ def raw_floor(url: str, n: int, mariadb: bool) -> float:
     with engine.begin() as c:
         c.execute(text("DROP TABLE IF EXISTS raw_se"))
         c.execute(text("DROP TABLE IF EXISTS raw_wf"))
-        c.execute(text("CREATE TABLE raw_wf (id BIGINT PRIMARY KEY, state VARCHAR(32), cur VARCHAR(64), updated DOUBLE PRECISION)"))
+        c.execute(
+            text(
+                "CREATE TABLE raw_wf (id BIGINT PRIMARY KEY, state VARCHAR(32), cur VARCHAR(64), updated DOUBLE PRECISION)"
+            )
+        )
         c.execute(
             text(
                 f"CREATE TABLE raw_se (id {auto}, wf BIGINT, name VARCHAR(64), state VARCHAR(32), "
@@ -83,7 +81,9 @@ def raw_floor(url: str, n: int, mariadb: bool) -> float:
         c.execute(text("CREATE INDEX raw_se_wf ON raw_se (wf)"))
         c.execute(text("CREATE INDEX raw_se_state ON raw_se (state, sched)"))
         c.execute(text("INSERT INTO raw_wf (id, state, updated) VALUES (1, 'ready', 0)"))
-    insert = "INSERT INTO raw_se (wf, name, state, sched, created) VALUES (1, 's', 'scheduled', :n, :n)"
+    insert = (
+        "INSERT INTO raw_se (wf, name, state, sched, created) VALUES (1, 's', 'scheduled', :n, :n)"
+    )
     if not mariadb:
         insert += " RETURNING id"
     try:
@@ -93,15 +93,24 @@ def raw_floor(url: str, n: int, mariadb: bool) -> float:
             with engine.begin() as c:
                 result = c.execute(text(insert), {"n": now})
                 sid = result.lastrowid if mariadb else result.scalar_one()
-                c.execute(text("UPDATE raw_wf SET cur = 's', updated = :n WHERE id = 1"), {"n": now})
+                c.execute(
+                    text("UPDATE raw_wf SET cur = 's', updated = :n WHERE id = 1"), {"n": now}
+                )
             with engine.begin() as c:
                 c.execute(
-                    text("UPDATE raw_se SET state = 'in_progress', started = :n WHERE id = :i AND state = 'scheduled'"),
+                    text(
+                        "UPDATE raw_se SET state = 'in_progress', started = :n WHERE id = :i AND state = 'scheduled'"
+                    ),
                     {"n": now, "i": sid},
                 )
             with engine.begin() as c:
-                c.execute(text("UPDATE raw_se SET state = 'completed', done = :n WHERE id = :i"), {"n": now, "i": sid})
-                c.execute(text("UPDATE raw_wf SET state = 'ready', updated = :n WHERE id = 1"), {"n": now})
+                c.execute(
+                    text("UPDATE raw_se SET state = 'completed', done = :n WHERE id = :i"),
+                    {"n": now, "i": sid},
+                )
+                c.execute(
+                    text("UPDATE raw_wf SET state = 'ready', updated = :n WHERE id = 1"), {"n": now}
+                )
         return (time.perf_counter() - started) * 1000 / n
     finally:
         with engine.begin() as c:
@@ -161,7 +170,11 @@ def main() -> int:
     parser.add_argument("--raw-n", type=int, default=600)
     parser.add_argument("--backends", default="postgres,mariadb")
     args = parser.parse_args()
-    result: dict[str, Any] = {"env": env_info(), "workflows": args.workflows, "repeats": args.repeats}
+    result: dict[str, Any] = {
+        "env": env_info(),
+        "workflows": args.workflows,
+        "repeats": args.repeats,
+    }
     # Alternate the backends so that both see the same machine load.
     for backend in args.backends.split(","):
         started = time.time()

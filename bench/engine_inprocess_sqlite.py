@@ -11,8 +11,8 @@ engine sends after each commit are run in order, exactly as a worker would recei
 the figure is the engine's own bookkeeping (create, prepare, body, finalize, after-commit send)
 and nothing of a harness lookup.
 
-    .venv/bin/python bench/b1_engine_sqlite.py [--workflows 500] [--json out.json]
-    .venv/bin/python bench/b1_engine_sqlite.py --workflows 150 --guard-rounds 15 --min-ratio 0.15  # B10
+    .venv/bin/python -m bench.engine_inprocess_sqlite [--workflows 500] [--json out.json]
+    .venv/bin/python -m bench.engine_inprocess_sqlite --workflows 150 --guard-rounds 15 --min-ratio 0.15  # B10
 
 Reports ms/step (creation included, 3-step workflows), the marginal ms per step (slope between
 the 3- and 10-step workflow medians, as the DBOS peer is measured), statements and commits per
@@ -36,8 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event, text
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from geneva_drive import Workflow, db, inline, step
 from geneva_drive.config import settings
@@ -88,7 +86,9 @@ class RawFloor:
         with self.engine.begin() as c:
             c.execute(text("DROP TABLE IF EXISTS wf"))
             c.execute(text("DROP TABLE IF EXISTS se"))
-            c.execute(text("CREATE TABLE wf (id INTEGER PRIMARY KEY, state TEXT, cur TEXT, updated REAL)"))
+            c.execute(
+                text("CREATE TABLE wf (id INTEGER PRIMARY KEY, state TEXT, cur TEXT, updated REAL)")
+            )
             c.execute(
                 text(
                     "CREATE TABLE se (id INTEGER PRIMARY KEY AUTOINCREMENT, wf INTEGER, name TEXT, "
@@ -107,17 +107,24 @@ class RawFloor:
             now = time.time()
             with engine.begin() as c:
                 sid = c.execute(
-                    text("INSERT INTO se (wf, name, state, sched, created) VALUES (1,'s','scheduled',:n,:n)"),
+                    text(
+                        "INSERT INTO se (wf, name, state, sched, created) VALUES (1,'s','scheduled',:n,:n)"
+                    ),
                     {"n": now},
                 ).lastrowid
                 c.execute(text("UPDATE wf SET cur='s', updated=:n WHERE id=1"), {"n": now})
             with engine.begin() as c:
                 c.execute(
-                    text("UPDATE se SET state='in_progress', started=:n WHERE id=:i AND state='scheduled'"),
+                    text(
+                        "UPDATE se SET state='in_progress', started=:n WHERE id=:i AND state='scheduled'"
+                    ),
                     {"n": now, "i": sid},
                 )
             with engine.begin() as c:
-                c.execute(text("UPDATE se SET state='completed', done=:n WHERE id=:i"), {"n": now, "i": sid})
+                c.execute(
+                    text("UPDATE se SET state='completed', done=:n WHERE id=:i"),
+                    {"n": now, "i": sid},
+                )
                 c.execute(text("UPDATE wf SET state='ready', updated=:n WHERE id=1"), {"n": now})
         return (clock() - started) * 1000 / n
 
@@ -309,7 +316,11 @@ def main() -> int:
         help="B10 mode: this many interleaved raw/engine rounds over --workflows (best rounds, marginal cost)",
     )
     args = parser.parse_args()
-    result = guard(args.workflows, args.guard_rounds) if args.guard_rounds else measure(args.workflows, args.repeats)
+    result = (
+        guard(args.workflows, args.guard_rounds)
+        if args.guard_rounds
+        else measure(args.workflows, args.repeats)
+    )
     for key, value in result.items():
         if isinstance(value, float):
             print(f"{key:22} {value:10.3f}")

@@ -1,13 +1,13 @@
 # ruff: noqa: RUF001  (the tables use en dashes, as bench/report.py's do)
 """Issue 19: render the MariaDB section of bench/RESULTS.md from this run's JSON results.
 
-    .venv/bin/python bench/mariadb_results.py            # run B1 and B3 on PostgreSQL and MariaDB, render
-    .venv/bin/python bench/mariadb_results.py --render   # only re-render from bench/out/*.json
+    .venv/bin/python -m bench.report_mariadb            # run B1 and B3 on PostgreSQL and MariaDB, render
+    .venv/bin/python -m bench.report_mariadb --render   # only re-render from bench/out/*.json
 
-B1: bench/b1_engine_server.py (both databases in one run) -> bench/out/b1_server.json.
+B1: bench/engine_inprocess_server.py (both databases in one run) -> bench/out/b1_server.json.
 B3: bench/engine_celery.py --backend postgres|mariadb --scenarios hops, run back to back
 (results engine_celery_postgres_h19 / engine_celery_mariadb), and the DBOS peer on PostgreSQL
-(bench/dbos_peer.py in bench/.venv-peers, database gd_h19_dbos created and dropped here; DBOS
+(bench/peer_dbos.py in bench/.venv-peers, database gd_h19_dbos created and dropped here; DBOS
 has no MariaDB backend), so that all three are measured in the same run.
 
 The section "## MariaDB — …" is this script's own: it is replaced in place (or appended), and
@@ -20,13 +20,9 @@ import argparse
 import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
-
-from common import PY, ROOT, read_result  # noqa: E402
+from bench.common import BENCH, PY, ROOT, child_env, read_result
 
 HEADING = "## MariaDB — B1 and B3 beside PostgreSQL (issue 19)"
 RESULTS = BENCH / "RESULTS.md"
@@ -35,7 +31,9 @@ RESULTS = BENCH / "RESULTS.md"
 def run(args: list[str], limit: int) -> str:
     print("==", " ".join(args), file=sys.stderr, flush=True)
     started = time.time()
-    proc = subprocess.run([PY, *args], cwd=ROOT, capture_output=True, text=True, timeout=limit)
+    proc = subprocess.run(
+        [PY, *args], cwd=ROOT, env=child_env(), capture_output=True, text=True, timeout=limit
+    )
     status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {proc.stderr[-800:]}"
     print(f"   {status} in {time.time() - started:.0f} s", file=sys.stderr, flush=True)
     return status
@@ -50,12 +48,12 @@ def run_dbos(n: int) -> None:
     subprocess.run([*admin, "DROP DATABASE IF EXISTS gd_h19_dbos"], check=True)
     subprocess.run([*admin, "CREATE DATABASE gd_h19_dbos"], check=True)
     try:
-        print("== dbos_peer.py --backend postgres", file=sys.stderr, flush=True)
+        print("== bench.peer_dbos --backend postgres", file=sys.stderr, flush=True)
         subprocess.run(
-            [str(peers), "bench/dbos_peer.py", "--backend", "postgres", "--n", str(n),
+            [str(peers), "-m", "bench.peer_dbos", "--backend", "postgres", "--n", str(n),
              "--pg-url", "postgresql://postgres@127.0.0.1:5432/gd_h19_dbos"],
             cwd=ROOT, timeout=1800, check=False,
-            env={**__import__("os").environ, "PYTHONPATH": f"{ROOT}:{BENCH}"},
+            env=child_env(),
         )  # fmt: skip
     finally:
         subprocess.run([*admin, "DROP DATABASE IF EXISTS gd_h19_dbos WITH (FORCE)"], check=False)
@@ -85,8 +83,8 @@ def render() -> str:
     lines = [HEADING, ""]
     w = lines.append
     w(
-        "Produced by `.venv/bin/python bench/mariadb_results.py` (runs `bench/b1_engine_server.py` "
-        "and `bench/engine_celery.py --backend postgres|mariadb --scenarios hops` back to back, "
+        "Produced by `.venv/bin/python -m bench.report_mariadb` (runs `bench.engine_inprocess_server` "
+        "and `bench.engine_celery --backend postgres|mariadb --scenarios hops` back to back, "
         "then rewrites only this section; `--render` re-renders it from bench/out/). "
         f"Run of {f(g(b1, 'env.time'))}; same shared 2-core machine as above, MariaDB "
         f"{f(g(b1, 'mariadb.server'))} and {f(g(b1, 'postgres.server'))} on 127.0.0.1, each at "
@@ -100,12 +98,17 @@ def render() -> str:
         "compare the rows of this section with each other, measured minutes apart."
     )
     w("")
-    w("**B1 on the server databases** (bench/b1_engine_server.py: B1's in-process executor and "
+    w("**B1 on the server databases** (bench/engine_inprocess_server.py: B1's in-process executor and "
       "no-op steps, the database over TCP; median of the repeats):")  # fmt: skip
     w("")
-    w("| | ms/step (3-step workflows, creation included) | marginal ms/step | steps/s | statements/step | commits/step | raw floor ms/step (3 tx, 5 rows) | raw ÷ engine |")
+    w(
+        "| | ms/step (3-step workflows, creation included) | marginal ms/step | steps/s | statements/step | commits/step | raw floor ms/step (3 tx, 5 rows) | raw ÷ engine |"
+    )
     w("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for key, label in (("postgres", "GenevaDrive, PostgreSQL"), ("mariadb", "**GenevaDrive, MariaDB**")):
+    for key, label in (
+        ("postgres", "GenevaDrive, PostgreSQL"),
+        ("mariadb", "**GenevaDrive, MariaDB**"),
+    ):
         d = b1.get(key) or {}
         w(f"| {label} | {f(d.get('ms_per_step'))} | {f(d.get('marginal_ms_per_step'))} | "
           f"{f(d.get('steps_per_s'), 0)} | {f(d.get('statements_per_step'))} | "
@@ -118,9 +121,14 @@ def render() -> str:
     w("")
     w("**B3 through a real Celery worker** (prefork -c 2, Redis; bench/engine_celery.py `hops`):")
     w("")
-    w("| | hop p50 ms (unloaded) | hop p99 ms | create→first step p50 ms | burst steps/s | hop p50 under burst ms |")
+    w(
+        "| | hop p50 ms (unloaded) | hop p99 ms | create→first step p50 ms | burst steps/s | hop p50 under burst ms |"
+    )
     w("|---|---:|---:|---:|---:|---:|")
-    for d, label in ((pg, "GenevaDrive, PostgreSQL + Redis"), (mdb, "**GenevaDrive, MariaDB + Redis**")):
+    for d, label in (
+        (pg, "GenevaDrive, PostgreSQL + Redis"),
+        (mdb, "**GenevaDrive, MariaDB + Redis**"),
+    ):
         w(f"| {label} | {f(g(d, 'hops.unloaded_hop.p50_ms'))} | {f(g(d, 'hops.unloaded_hop.p99_ms'))} | "
           f"{f(g(d, 'hops.unloaded_create_commit_to_first_step.p50_ms'))} | "
           f"{f(g(d, 'hops.burst.steps_per_s'), 0)} | {f(g(d, 'hops.burst.hop_under_load.p50_ms'))} |")  # fmt: skip
@@ -161,10 +169,17 @@ def main() -> int:
     args = parser.parse_args()
     if not args.render:
         q = ["--quick"] if args.quick else []
-        run(["bench/b1_engine_server.py", *(["--workflows", "60", "--repeats", "1"] if args.quick else [])], 1800)
-        run(["bench/engine_celery.py", "--backend", "postgres", "--scenarios", "hops",
+        run(
+            [
+                "-m",
+                "bench.engine_inprocess_server",
+                *(["--workflows", "60", "--repeats", "1"] if args.quick else []),
+            ],
+            1800,
+        )
+        run(["-m", "bench.engine_celery", "--backend", "postgres", "--scenarios", "hops",
              "--name", "engine_celery_postgres_h19", *q], 1800)  # fmt: skip
-        run(["bench/engine_celery.py", "--backend", "mariadb", "--scenarios", "hops", *q], 1800)
+        run(["-m", "bench.engine_celery", "--backend", "mariadb", "--scenarios", "hops", *q], 1800)
         run_dbos(60 if args.quick else 150)
     write(render())
     print(f"wrote the MariaDB section of {RESULTS}", file=sys.stderr)

@@ -6,7 +6,7 @@ scheduled row + update the workflow; claim; complete + update the workflow. SQLi
 connection, schema ``geneva_bench_raw`` dropped afterwards); plus 4 PostgreSQL writers; plus the
 two transactions of one engine hop (``pg_hop_pairs``), the database's share of B3's hop.
 
-    .venv/bin/python bench/raw_floor.py [--n 2000]
+    .venv/bin/python -m bench.peer_raw_floor [--n 2000]
 """
 
 from __future__ import annotations
@@ -19,11 +19,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sqlalchemy import Engine, text
 
-from b1_engine_sqlite import raw_floor
-from common import (
+from bench.common import (
     drop_pg_schema,
     env_info,
     pg_schema_url,
@@ -31,8 +29,7 @@ from common import (
     summarize_ms,
     write_result,
 )
-from sqlalchemy import Engine, text
-
+from bench.engine_inprocess_sqlite import raw_floor
 from geneva_drive import db
 
 SCHEMA = "geneva_bench_raw"
@@ -40,7 +37,11 @@ SCHEMA = "geneva_bench_raw"
 
 def pg_setup(engine: Engine, writers: int) -> None:
     with engine.begin() as c:
-        c.execute(text("CREATE TABLE wf (id BIGINT PRIMARY KEY, state TEXT, cur TEXT, updated DOUBLE PRECISION)"))
+        c.execute(
+            text(
+                "CREATE TABLE wf (id BIGINT PRIMARY KEY, state TEXT, cur TEXT, updated DOUBLE PRECISION)"
+            )
+        )
         c.execute(text(
             "CREATE TABLE se (id BIGSERIAL PRIMARY KEY, wf BIGINT, name TEXT, state TEXT, "
             "sched DOUBLE PRECISION, started DOUBLE PRECISION, done DOUBLE PRECISION, created DOUBLE PRECISION)"
@@ -57,18 +58,26 @@ def pg_steps(engine: Engine, wf: int, n: int, lat: list[float]) -> None:
         now = time.time()
         with engine.begin() as c:
             sid = c.execute(
-                text("INSERT INTO se (wf, name, state, sched, created) VALUES (:w,'s','scheduled',:n,:n) RETURNING id"),
+                text(
+                    "INSERT INTO se (wf, name, state, sched, created) VALUES (:w,'s','scheduled',:n,:n) RETURNING id"
+                ),
                 {"n": now, "w": wf},
             ).scalar()
             c.execute(text("UPDATE wf SET cur='s', updated=:n WHERE id=:w"), {"n": now, "w": wf})
         with engine.begin() as c:
             c.execute(
-                text("UPDATE se SET state='in_progress', started=:n WHERE id=:i AND state='scheduled'"),
+                text(
+                    "UPDATE se SET state='in_progress', started=:n WHERE id=:i AND state='scheduled'"
+                ),
                 {"n": now, "i": sid},
             )
         with engine.begin() as c:
-            c.execute(text("UPDATE se SET state='completed', done=:n WHERE id=:i"), {"n": now, "i": sid})
-            c.execute(text("UPDATE wf SET state='ready', updated=:n WHERE id=:w"), {"n": now, "w": wf})
+            c.execute(
+                text("UPDATE se SET state='completed', done=:n WHERE id=:i"), {"n": now, "i": sid}
+            )
+            c.execute(
+                text("UPDATE wf SET state='ready', updated=:n WHERE id=:w"), {"n": now, "w": wf}
+            )
         lat.append(time.perf_counter() - a)
 
 
@@ -125,7 +134,9 @@ def pg_floor(n: int) -> dict[str, Any]:
         pg_steps(engine, 1, n, lat)
         one = time.perf_counter() - t0
         lat4: list[float] = []
-        threads = [threading.Thread(target=pg_steps, args=(engine, w, n // 4, lat4)) for w in range(1, 5)]
+        threads = [
+            threading.Thread(target=pg_steps, args=(engine, w, n // 4, lat4)) for w in range(1, 5)
+        ]
         t0 = time.perf_counter()
         for t in threads:
             t.start()

@@ -4,7 +4,7 @@ Adapted from reference/perf-scripts/bench_celery.py (2026-11-29): one worker ``p
 on Redis db 14; single task enqueue→start (unloaded), 3-task chains one at a time (unloaded
 chain hop = end of task k → start of task k+1), and a burst of chains (tasks/s).
 
-    .venv/bin/python bench/celery_peer.py [--quick]
+    .venv/bin/python -m bench.peer_celery [--quick]
 """
 
 from __future__ import annotations
@@ -16,16 +16,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (
-    BENCH,
+from bench.common import (
     POLL,
     PY,
     REDIS_URL,
+    ROOT,
     Deadline,
+    child_env,
     env_info,
     stop_process,
     summarize_ms,
@@ -84,21 +83,25 @@ def main() -> int:
     import redis
 
     redis.Redis.from_url(REDIS_URL).flushdb()
-    res: dict[str, Any] = {"env": env_info(), "broker": REDIS_URL,
-                           "worker": "prefork -c 2, prefetch 1, acks_late (as engine/celery.py)"}
+    res: dict[str, Any] = {
+        "env": env_info(),
+        "broker": REDIS_URL,
+        "worker": "prefork -c 2, prefetch 1, acks_late (as engine/celery.py)",
+    }
     with tempfile.TemporaryDirectory(prefix="celery-peer-") as tdir:
         os.environ["BENCH_BROKER_URL"] = REDIS_URL
         os.environ["BENCH_TIMING_DIR"] = tdir
         from celery import chain
-        from celery_peer_app import noop
 
-        env = dict(os.environ, PYTHONPATH=str(BENCH))
+        from bench.peer_celery_app import noop
+
+        env = child_env()
         log = open(os.path.join(tdir, "worker.out"), "w")  # noqa: SIM115
         worker = subprocess.Popen(
-            [PY, "-m", "celery", "-A", "celery_peer_app", "worker", "-P", "prefork", "-c", "2",
+            [PY, "-m", "celery", "-A", "bench.peer_celery_app", "worker", "-P", "prefork", "-c", "2",
              "-l", "WARNING", "-Q", "bench_raw", "--without-gossip", "--without-mingle",
              "--without-heartbeat"],
-            cwd=BENCH, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         col = Collector(tdir)
         try:
@@ -109,7 +112,9 @@ def main() -> int:
                 noop.apply_async(("single", i, 0, time.time()))
                 if not col.wait("single", i + 1, 30, sleep=POLL):
                     break
-            res["single_enqueue_to_start"] = summarize_ms([r[4] - r[3] for r in col.by_tag("single")])
+            res["single_enqueue_to_start"] = summarize_ms(
+                [r[4] - r[3] for r in col.by_tag("single")]
+            )
             for i in range(n_chain1):
                 chain(noop.si("chain1", i, 0, time.time()), noop.si("chain1", i, 1, 0.0),
                       noop.si("chain1", i, 2, 0.0)).apply_async()  # fmt: skip
@@ -118,7 +123,9 @@ def main() -> int:
             c1: dict[int, dict[int, Any]] = {}
             for r in col.by_tag("chain1"):
                 c1.setdefault(r[1], {})[r[2]] = r
-            hops = [s[k][4] - s[k - 1][5] for s in c1.values() for k in (1, 2) if k in s and k - 1 in s]
+            hops = [
+                s[k][4] - s[k - 1][5] for s in c1.values() for k in (1, 2) if k in s and k - 1 in s
+            ]
             res["chain_hop_unloaded"] = summarize_ms(hops)
             t0 = time.time()
             for i in range(n_chains):
@@ -130,7 +137,12 @@ def main() -> int:
             burst: dict[int, dict[int, Any]] = {}
             for r in rows:
                 burst.setdefault(r[1], {})[r[2]] = r
-            bh = [s[k][4] - s[k - 1][5] for s in burst.values() for k in (1, 2) if k in s and k - 1 in s]
+            bh = [
+                s[k][4] - s[k - 1][5]
+                for s in burst.values()
+                for k in (1, 2)
+                if k in s and k - 1 in s
+            ]
             res["chain_burst"] = {"chains": n_chains, "complete": ok, "tasks": len(rows),
                                   "wall_s": round(t_last - t0, 3),
                                   "tasks_per_s": round(len(rows) / (t_last - t0), 1),

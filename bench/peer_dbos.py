@@ -8,7 +8,7 @@ medians), a DB-backed queue (enqueue→start unloaded, and a burst for steps/s; 
 as the reference set it, DBOS's default is 1 s), and SQL statements/commits per 3-step
 workflow.
 
-    bench/.venv-peers/bin/python bench/dbos_peer.py --backend sqlite-wal|postgres [--n 500]
+    bench/.venv-peers/bin/python -m bench.peer_dbos --backend sqlite-wal|postgres [--n 500]
 """
 
 import argparse
@@ -17,18 +17,23 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import Deadline, summarize_ms, write_result
+from bench.common import Deadline, summarize_ms, write_result
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--backend", required=True, choices=["sqlite-wal", "postgres"])
 ap.add_argument("--n", type=int, default=500)
 ap.add_argument("--pg-url", default="postgresql://postgres@127.0.0.1:5432/test")
 ap.add_argument("--name", default=None, help="result name (default dbos_<backend>[-normal])")
-ap.add_argument("--db-name", default=os.environ.get("GENEVA_BENCH_DBOS_DB", "geneva_dbos_bench"),
-                help="PostgreSQL: the system database to create and drop")
-ap.add_argument("--sync-normal", action="store_true",
-                help="SQLite: synchronous=NORMAL on every connection (the engine's durability level)")
+ap.add_argument(
+    "--db-name",
+    default=os.environ.get("GENEVA_BENCH_DBOS_DB", "geneva_dbos_bench"),
+    help="PostgreSQL: the system database to create and drop",
+)
+ap.add_argument(
+    "--sync-normal",
+    action="store_true",
+    help="SQLite: synchronous=NORMAL on every connection (the engine's durability level)",
+)
 args = ap.parse_args()
 
 import sqlalchemy as sa  # noqa: E402
@@ -105,8 +110,14 @@ def wf3_timed(x, t_enq):
 DBOS.launch()
 queue = DBOS.register_queue("geneva_bench_q", polling_interval_sec=0.05)
 N = args.n
-res = {"backend": args.backend, "n": N, "system_database": sys_url.split("@")[-1],
-       "sqlite_synchronous": ("NORMAL" if args.sync_normal else "FULL (default)") if args.backend != "postgres" else None}
+res = {
+    "backend": args.backend,
+    "n": N,
+    "system_database": sys_url.split("@")[-1],
+    "sqlite_synchronous": ("NORMAL" if args.sync_normal else "FULL (default)")
+    if args.backend != "postgres"
+    else None,
+}
 try:
     from importlib.metadata import version
 
@@ -165,9 +176,13 @@ for h in handles:
     h.get_result(polling_interval_sec=0.01)
     done += 1
 el = (max(END.values()) - t0w) if END else float("nan")
-res["queue_burst"] = {"workflows": N, "completed": done, "wall_s": round(el, 3),
-                      "steps_per_s": round(3 * done / el, 1),
-                      "enqueue_to_start": summarize_ms(list(START.values()))}
+res["queue_burst"] = {
+    "workflows": N,
+    "completed": done,
+    "wall_s": round(el, 3),
+    "steps_per_s": round(3 * done / el, 1),
+    "enqueue_to_start": summarize_ms(list(START.values())),
+}
 
 counts = {"stmts": 0, "commits": 0}
 
@@ -186,7 +201,10 @@ for i in range(50):
     wf3(8_000_000 + i)
 event.remove(Engine, "before_cursor_execute", _stmt)
 event.remove(Engine, "commit", _commit)
-res["sql_per_step"] = {"statements": round(counts["stmts"] / 150, 2), "commits": round(counts["commits"] / 150, 2)}
+res["sql_per_step"] = {
+    "statements": round(counts["stmts"] / 150, 2),
+    "commits": round(counts["commits"] / 150, 2),
+}
 print(f"[dbos {args.backend}] {res}", file=sys.stderr)
 DBOS.destroy()
 if args.backend == "postgres":

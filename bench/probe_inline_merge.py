@@ -12,7 +12,7 @@ Both run the same 10-step no-op workflows in-process on PostgreSQL, one after th
 alternating rounds; the figures are wall and CPU milliseconds per step and SQL statements and
 commits per step (creation excluded: the chain is timed from its first execution).
 
-    .venv/bin/python bench/inline_merge.py [--rounds 5] [--workflows 40] [--backend postgres|sqlite]
+    .venv/bin/python -m bench.probe_inline_merge [--rounds 5] [--workflows 40] [--backend postgres|sqlite]
 """
 
 from __future__ import annotations
@@ -21,15 +21,10 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from common import OUT, drop_pg_schema, env_info, pg_schema_url, reset_pg_schema
+from bench.common import OUT, drop_pg_schema, env_info, pg_schema_url, reset_pg_schema
 
 SCHEMA = os.environ.get("GENEVA_BENCH_SCHEMA", "geneva_bench") + "_merge"
 
@@ -186,7 +181,7 @@ def main() -> int:
     payload = {"env": env_info(), "backend": args.backend, "rounds": args.rounds,
                "workflows_per_round": args.workflows, "modes": summary}  # fmt: skip
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"inline_merge_{args.backend}.json").write_text(json.dumps(payload, indent=2))
+    (OUT / f"probe_inline_merge_{args.backend}.json").write_text(json.dumps(payload, indent=2))
     print(json.dumps(summary, indent=2))
     return 0
 

@@ -2,14 +2,14 @@
 PostgreSQL (issue 6). Not a test: machines differ; run it by hand and read the verdict.
 
 Uses the 1M-workflow / 3M-execution PostgreSQL schema ``bench_metrics`` that
-``bench/bench_metrics.py`` seeds (kept between runs; ``--reseed`` rebuilds it). Each case is
+``bench/engine_metrics.py`` seeds (kept between runs; ``--reseed`` rebuilds it). Each case is
 requested through the Flask test client (routing, queries, presenters, templates: server time,
 no network) as the HTMX partial and as the full page, on the first page and deep pages
 (keyset cursor ``after=``), unfiltered and filtered. It prints p50/p90 and SQL statements per
 request, and the verdict against the budget on p50. The broader B8 scenario (detail page too,
-JSON output) is ``bench/b8_dashboard.py``.
+JSON output) is ``bench/engine_dashboard.py``.
 
-    .venv/bin/python bench/bench_dashboard.py [--runs 30] [--budget-ms 100] [--reseed]
+    .venv/bin/python -m bench.probe_dashboard_list [--runs 30] [--budget-ms 100] [--reseed]
 
 Exit status 1 when a case's p50 is over the budget.
 """
@@ -18,17 +18,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from b8_dashboard import SCHEMA, cursor_at, ensure_seed
-from common import pg_schema_url
 from sqlalchemy import event
+
+from bench.common import pg_schema_url
+from bench.engine_dashboard import SCHEMA, cursor_at, ensure_seed
 
 #: (name, SQL filter used to find deep-page cursors, query string)
 FILTERS = [

@@ -4,7 +4,7 @@ Runs an :class:`geneva_drive.embedded.EmbeddedWorker` in this process on a fresh
 ``GENEVA_DATABASE_URL``), starts ``--workflows`` workflows of ``--steps`` empty steps each, and
 reports ``started_at(next) - completed_at(previous)`` percentiles::
 
-    .venv/bin/python bench/embedded_hops.py --workflows 5 --steps 40
+    .venv/bin/python -m bench.probe_embedded_hops --workflows 5 --steps 40
 """
 
 from __future__ import annotations
