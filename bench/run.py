@@ -1,7 +1,7 @@
 """Issue 8: every benchmark scenario for our engine and its peers in one run -> bench/RESULTS.md.
 
-    .venv/bin/python -m bench.run            # full run (5-6 min quiet, ~45 min on a loaded 2-core machine)
-    .venv/bin/python -m bench.run --quick    # small N everywhere (~10 min)
+    .venv/bin/python -m bench.run            # full run (~10 min quiet, ~45 min on a loaded 2-core machine)
+    .venv/bin/python -m bench.run --quick    # small N everywhere (a smoke run, not a verdict)
     .venv/bin/python -m bench.run --only b1,raw --quick
     .venv/bin/python -m bench.run --render   # re-render RESULTS.md from bench/out/*.json
 
