@@ -2,11 +2,15 @@
 
 Imported by bench/flows.py in worker processes when ``GENEVA_BENCH_TRACE=1``; every phase
 boundary appends ``<tag> <execution id> <wall time>`` to ``GENEVA_BENCH_TIMINGS/trace-<pid>.txt``.
-``segments`` turns those lines plus the step bodies' own timings into per-segment medians:
+``segments`` turns those lines plus the step bodies' own timings into per-segment medians, for a
+published hop:
 
     body end → finalize lock → finalize work → finalize commit (incl. the after-commit publish)
     → message received by the worker → task started in a pool process → prepare lock
     → prepare work → prepare commit → body start
+
+and for an inline successor (issue 20; no message): body end → finalize lock → finalize work
+→ finalize commit → the successor's lock → prepare work → prepare commit → body start.
 
 Diagnostic only (each trace point costs a file append, ~0.05 ms): B2/B3 figures come from runs
 without it.
@@ -74,6 +78,18 @@ SEGMENTS = [
     ("prepare commit → body start", "pcommit1", "body_start"),
 ]
 
+#: An inline successor (issue 20): no message, so no "received" or "prerun" marks; the same
+#: worker goes from the finalize commit straight to the successor's claim.
+INLINE_SEGMENTS = [
+    ("body end → finalize lock taken", "body_end", "relock1"),
+    ("finalize work (result, next execution)", "relock1", "fcommit0"),
+    ("finalize commit", "fcommit0", "fcommit1"),
+    ("finalize commit → successor's lock taken (new session)", "fcommit1", "lock1"),
+    ("prepare work (checks, start transition)", "lock1", "pcommit0"),
+    ("prepare commit", "pcommit0", "pcommit1"),
+    ("prepare commit → body start", "pcommit1", "body_start"),
+]
+
 
 def segments(directory: str, hops: list[tuple[int, int, float, float]]) -> dict[str, Any]:
     """``hops``: (previous execution id, next execution id, previous body end, next body start)."""
@@ -83,7 +99,10 @@ def segments(directory: str, hops: list[tuple[int, int, float, float]]) -> dict[
             for line in fh:
                 tag, eid, at = line.split()
                 points[(int(eid), tag)].append(float(at))
-    values: dict[str, list[float]] = defaultdict(list)
+    values: dict[str, dict[str, list[float]]] = {
+        "published": defaultdict(list),
+        "inline": defaultdict(list),
+    }
     for prev, nxt, end, start in hops:
         try:
             marks = {
@@ -91,8 +110,6 @@ def segments(directory: str, hops: list[tuple[int, int, float, float]]) -> dict[
                 "relock1": points[(prev, "lock1")][1],
                 "fcommit0": points[(prev, "commit0")][1],
                 "fcommit1": points[(prev, "commit1")][1],
-                "received": points[(nxt, "received")][0],
-                "prerun": points[(nxt, "prerun")][0],
                 "lock1": points[(nxt, "lock1")][0],
                 "pcommit0": points[(nxt, "commit0")][0],
                 "pcommit1": points[(nxt, "commit1")][0],
@@ -100,10 +117,17 @@ def segments(directory: str, hops: list[tuple[int, int, float, float]]) -> dict[
             }
         except (KeyError, IndexError):
             continue
-        for label, a, b in SEGMENTS:
-            values[label].append((marks[b] - marks[a]) * 1000)
-        values["whole hop"].append((start - end) * 1000)
+        if (nxt, "received") in points and (nxt, "prerun") in points:
+            marks["received"] = points[(nxt, "received")][0]
+            marks["prerun"] = points[(nxt, "prerun")][0]
+            kind, segments_of_kind = "published", SEGMENTS
+        else:
+            kind, segments_of_kind = "inline", INLINE_SEGMENTS
+        for label, a, b in segments_of_kind:
+            values[kind][label].append((marks[b] - marks[a]) * 1000)
+        values[kind]["whole hop"].append((start - end) * 1000)
     return {
-        label: {"p50_ms": round(statistics.median(v), 3), "n": len(v)}
-        for label, v in values.items()
+        f"{kind}: {label}": {"p50_ms": round(statistics.median(v), 3), "n": len(v)}
+        for kind, by_label in values.items()
+        for label, v in by_label.items()
     }

@@ -267,16 +267,27 @@ def render() -> str:
         w("")
 
     trace = g(read_result("engine_celery_postgres_trace") or {}, "trace.segments") or {}
-    if trace:
-        w("Where a PostgreSQL hop goes (`engine-pg-trace`: bench/hop_trace.py timestamps each phase "
-          "boundary inside the worker, prefork -c 2; a separate run, each trace point adds ~0.05 ms):")  # fmt: skip
-        w("")
-        w("| segment | p50 ms |")
-        w("|---|---:|")
-        from bench.hop_trace import SEGMENTS
+    trace_off = (
+        g(read_result("engine_celery_postgres_trace_noinline") or {}, "trace.segments") or {}
+    )
+    if trace or trace_off:
+        from bench.hop_trace import INLINE_SEGMENTS, SEGMENTS
 
-        for label in [label for label, _, _ in SEGMENTS] + ["whole hop"]:
-            w(f"| {label} | {f(g(trace, label + '.p50_ms') if label in trace else None)} |")
+        both = {**trace_off, **trace}
+        w("Where a PostgreSQL hop goes (`engine-pg-trace`, inline successors on, and "
+          "`engine-pg-trace-noinline`, off: bench/hop_trace.py timestamps each phase boundary "
+          "inside the worker, prefork -c 2; separate runs, each trace point adds ~0.05 ms):")  # fmt: skip
+        w("")
+        w("| segment | inline successor p50 ms | published p50 ms |")
+        w("|---|---:|---:|")
+        labels = [label for label, _, _ in SEGMENTS]
+        labels += [label for label, _, _ in INLINE_SEGMENTS if label not in labels]
+        for label in [*labels, "whole hop"]:
+            cells = [
+                f(g(both, f"{kind}: {label}.p50_ms")) if f"{kind}: {label}" in both else "–"
+                for kind in ("inline", "published")
+            ]
+            w(f"| {label} | {cells[0]} | {cells[1]} |")
         w("")
 
     # ---- B5

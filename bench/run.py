@@ -79,6 +79,8 @@ def steps(quick: bool) -> list[tuple[str, list[str], int]]:
                                 "--name", "engine_celery_postgres_noinline", *q], 1800),
         ("engine-pg-trace", [*py, "-m", "bench.engine_celery", "--backend", "postgres", "--scenarios", "trace",
                              "--name", "engine_celery_postgres_trace", *q], 600),
+        ("engine-pg-trace-noinline", [*py, "-m", "bench.engine_celery", "--backend", "postgres", "--scenarios", "trace", "--inline", "off",
+                             "--name", "engine_celery_postgres_trace_noinline", *q], 600),
         # B3 again with the gem's fully synchronous commits (GENEVA_SYNCHRONOUS_START_COMMIT).
         ("engine-pg-sync", ["env", "GENEVA_SYNCHRONOUS_START_COMMIT=true", *py, "-m", "bench.engine_celery",
                             "--backend", "postgres", "--scenarios", "hops",
@@ -156,7 +158,7 @@ def main() -> int:
         if args.only:  # an addendum to the last full run: keep that run's command and times
             previous = read_result("run_meta") or {}
             addendum = {k: meta[k] for k in ("command", "started", "finished")}
-            for key in ("command", "started", "finished", "env", "quick"):
+            for key in ("command", "started", "finished", "env", "quick", "note"):
                 if key in previous:
                     meta[key] = previous[key]
             meta["addenda"] = [*previous.get("addenda", []), addendum]
