@@ -40,6 +40,28 @@ def child_env(**extra: str) -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(ROOT), **extra)
 
 
+def g(d: Any, path: str, default: Any = None) -> Any:
+    """``d["a"]["b"]`` for ``path`` ``"a.b"``; ``default`` where a key is missing."""
+    for key in path.split("."):
+        if not isinstance(d, dict) or key not in d:
+            return default
+        d = d[key]
+    return d
+
+
+def dbos_best(d: dict[str, Any]) -> float | None:
+    """DBOS's best mode on PostgreSQL in steps/s (B3's peer): its queue burst, or its 3- or
+    10-step workflows run sequentially in process, whichever was fastest."""
+    wf10 = g(d, "seq_wf10.workflows_per_s")
+    candidates = [
+        g(d, "queue_burst.steps_per_s"),
+        g(d, "seq_wf3.steps_per_s"),
+        wf10 * 10 if isinstance(wf10, int | float) else None,
+    ]
+    values = [float(v) for v in candidates if isinstance(v, int | float)]
+    return max(values) if values else None
+
+
 def pct(values: list[float], p: float) -> float | None:
     """Nearest-rank percentile (p in 0..100); None if empty."""
     if not values:

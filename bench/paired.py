@@ -33,7 +33,7 @@ import sys
 import time
 from typing import Any
 
-from bench.common import BENCH, OUT, PY, ROOT, child_env, read_result
+from bench.common import BENCH, OUT, PY, ROOT, child_env, dbos_best, g, read_result
 
 PEERS_PY = BENCH / ".venv-peers" / "bin" / "python"
 HEADING = "## Paired rounds (issue 20): inline successors against their peers"
@@ -89,25 +89,6 @@ def run_round(round_no: int, quick: bool, log: dict[str, Any]) -> None:
         }
         print(f"round {round_no} {part}: {log[str(round_no)][part]['status']} "
               f"{log[str(round_no)][part]['elapsed_s']} s", file=sys.stderr, flush=True)  # fmt: skip
-
-
-def g(d: Any, path: str) -> Any:
-    for key in path.split("."):
-        if not isinstance(d, dict) or key not in d:
-            return None
-        d = d[key]
-    return d
-
-
-def dbos_best(d: dict[str, Any]) -> float | None:
-    """DBOS's better mode on PostgreSQL: its queue burst or sequential workflows in-process."""
-    candidates = [
-        g(d, "queue_burst.steps_per_s"),
-        g(d, "seq_wf3.steps_per_s"),
-        (g(d, "seq_wf10.workflows_per_s") or 0) * 10 or None,
-    ]
-    values = [float(v) for v in candidates if isinstance(v, int | float)]
-    return max(values) if values else None
 
 
 def div(a: Any, b: Any) -> float | None:

@@ -5,15 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.common import BENCH, read_result
-
-
-def g(d: Any, path: str, default: Any = None) -> Any:
-    for key in path.split("."):
-        if not isinstance(d, dict) or key not in d:
-            return default
-        d = d[key]
-    return d
+from bench.common import BENCH, dbos_best, g, read_result
 
 
 def f(v: Any, digits: int = 2) -> str:
@@ -193,22 +185,7 @@ def render() -> str:
     pg_hop = g(epg, "hops.unloaded_hop.p50_ms")
     pg_hop_off = g(epg_off, "hops.unloaded_hop.p50_ms")
     pg_sps = g(epg, "chains.steps_per_s")
-    dbos_wf10 = g(dpg, "seq_wf10.workflows_per_s")
-    dbos_pg_sps = (
-        max(
-            [
-                v
-                for v in (
-                    g(dpg, "queue_burst.steps_per_s"),
-                    g(dpg, "seq_wf3.steps_per_s"),
-                    dbos_wf10 * 10 if isinstance(dbos_wf10, int | float) else None,
-                )
-                if isinstance(v, int | float)
-            ]
-            or [0]
-        )
-        or None
-    )
+    dbos_pg_sps = dbos_best(dpg)
     dbos_e2s = g(dpg, "queue_unloaded_enqueue_to_start.p50_ms")
     w("10-step workflows (B3's throughput target; `chains`: a burst of ten-step no-op workflows) and "
       "the start delay of a fresh one-step workflow created every 50 ms while 50 ten-step workflows run "
@@ -502,24 +479,9 @@ def readme_table() -> str:
     epg_off = read_result("engine_celery_postgres_noinline") or {}
     emb = read_result("engine_embedded") or {}
     chop = g(cp, "chain_hop_unloaded.p50_ms")
-    dbos_wf10 = g(dpg, "seq_wf10.workflows_per_s")
-    dbos_best = (
-        max(
-            [
-                v
-                for v in (
-                    g(dpg, "queue_burst.steps_per_s"),
-                    g(dpg, "seq_wf3.steps_per_s"),
-                    dbos_wf10 * 10 if isinstance(dbos_wf10, int | float) else None,
-                )
-                if isinstance(v, int | float)
-            ]
-            or [0]
-        )
-        or None
-    )
+    dbos_steps = dbos_best(dpg)
     rows = [
-        ("B3 throughput, 10-step workflows, PostgreSQL + Redis, Celery prefork -c 2", f"{f(g(epg, 'chains.steps_per_s'))} steps/s", f"{f(g(epg_off, 'chains.steps_per_s'))} steps/s", f"DBOS best mode {f(dbos_best)} steps/s"),
+        ("B3 throughput, 10-step workflows, PostgreSQL + Redis, Celery prefork -c 2", f"{f(g(epg, 'chains.steps_per_s'))} steps/s", f"{f(g(epg_off, 'chains.steps_per_s'))} steps/s", f"DBOS best mode {f(dbos_steps)} steps/s"),
         ("B3 hop p50 (end of a step → start of the next)", f"{f(g(epg, 'hops.unloaded_hop.p50_ms'))} ms", f"{f(g(epg_off, 'hops.unloaded_hop.p50_ms'))} ms", f"raw Celery chain hop {f(chop)} ms"),
         ("fresh workflow's first step while 50 ten-step workflows run, p50 / p99", f"{f(g(epg, 'fresh.create_to_first_step.p50_ms'))} / {f(g(epg, 'fresh.create_to_first_step.p99_ms'))} ms", f"{f(g(epg_off, 'fresh.create_to_first_step.p50_ms'))} / {f(g(epg_off, 'fresh.create_to_first_step.p99_ms'))} ms", "–"),
         ("B1 engine cost per step, SQLite in-process", f"{f(b1.get('ms_per_step'))} ms", "–", f"DBOS {f(dsq.get('ms_per_step_wf3_total'))} ms"),
