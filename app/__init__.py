@@ -14,16 +14,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flask import Flask
-
-import geneva_drive.db
 from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
-from geneva_drive.dashboard import blueprint, config, errors, metrics, security
-from geneva_drive.dashboard.extension import GenevaDrive, adopt_engine
-from geneva_drive.dashboard.extensions import htmx, migrate, own_db
-from geneva_drive.dashboard.state import KEY, DashboardState
+from geneva_drive.dialects import dialect_for_url
+
+if TYPE_CHECKING:
+    from flask import Flask
+
+    from geneva_drive.dashboard.extension import GenevaDrive
 
 #: Not resolve()d: in the strict editable install the package is a tree of links, and the
 #: migrations sit beside this package there as they do in the wheel.
@@ -31,6 +30,16 @@ MIGRATIONS = Path(__file__).parent.parent / "migrations"
 log = logging.getLogger(__name__)
 
 __all__ = ["GenevaDrive", "create_app"]
+
+
+def __getattr__(name: str) -> Any:
+    # The package imports no Flask by itself: `geneva-drive workflows …` uses its queries and
+    # presenters in a process without Flask (README "Operating from the command line").
+    if name == "GenevaDrive":
+        from geneva_drive.dashboard.extension import GenevaDrive
+
+        return GenevaDrive
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def create_app(
@@ -42,6 +51,13 @@ def create_app(
     testing mode. ``require_secret_key=False`` is for a factory that only migrates the
     database: it gets a random key and serves nobody.
     """
+    from flask import Flask
+
+    from geneva_drive.dashboard import blueprint, config, errors, metrics, security
+    from geneva_drive.dashboard.extension import adopt_engine
+    from geneva_drive.dashboard.extensions import htmx, migrate, own_db
+    from geneva_drive.dashboard.state import KEY, DashboardState
+
     app = Flask(__name__, static_folder=None, template_folder=None)
     # Ids in URLs are BIGINTs: a larger number is a 404, not an overflow in the database driver.
     app.url_map.converters["int"] = security.BoundedIntConverter
@@ -50,10 +66,11 @@ def create_app(
     import_workflow_modules(workflow_module_names(app.config.get("WORKFLOW_MODULES")))
 
     uri = app.config.get("SQLALCHEMY_DATABASE_URI")
-    if isinstance(uri, str) and geneva_drive.db.is_mysql_url(uri):
+    if isinstance(uri, str):
         # READ COMMITTED, utf8mb4, a UTC session: the engine's MariaDB/MySQL settings
-        # (engine/db.py), since the workers of `geneva-drive up` run on this engine too.
-        app.config["SQLALCHEMY_ENGINE_OPTIONS"] = geneva_drive.db.mysql_engine_options(
+        # (engine/dialects/mysql.py), since the workers of `geneva-drive up` run on this
+        # engine too.
+        app.config["SQLALCHEMY_ENGINE_OPTIONS"] = dialect_for_url(uri).session_options(
             uri, app.config.get("SQLALCHEMY_ENGINE_OPTIONS")
         )
     # Every key of the standalone app's config is the dashboard's: it reads app.config itself.
@@ -69,11 +86,6 @@ def create_app(
     app.permanent_session_lifetime = int(app.config["SESSION_LIFETIME_SECONDS"])
     errors.register(app)  # a URL that matches no route is the app's, not the Blueprint's
     metrics.init_app(app)
+    # /healthz is the Blueprint's (app/dashboard/views.py): a host serves it under its prefix.
     app.register_blueprint(blueprint.bp)
-
-    @app.get("/healthz")
-    def healthz() -> dict[str, Any]:
-        own_db.session.execute(own_db.text("SELECT 1"))
-        return {"status": "ok", "database": "ok"}
-
     return app

@@ -24,26 +24,43 @@ Three ways in, tried in order on each request:
 
 3. **Demo mode** (``DEMO``): requests from the loopback interface are the operator ``demo``
    without a login, when they also name a loopback ``Host`` (``localhost``, ``127.0.0.1``,
-   ``[::1]``) and carry no ``Forwarded``, ``X-Forwarded-*``, ``X-Real-IP`` or ``Via`` header.
+   ``[::1]``) and carry no header a proxy or CDN adds (``Forwarded``, ``Via``,
+   ``X-Forwarded-*``, ``X-Real-IP``, ``X-Client-IP``, ``True-Client-IP``,
+   ``CF-Connecting-IP`` and the others of :data:`PROXY_HEADERS` and :data:`PROXY_PREFIXES`).
    The TCP peer alone is not enough: a page of ``rebind.attacker.test`` resolved to 127.0.0.1
    (DNS rebinding) reaches the port from the operator's own browser, and a reverse proxy on
-   the same machine makes every outside client a loopback peer. Anyone else logs in.
+   the same machine makes every outside client a loopback peer. A proxy that rewrites ``Host``
+   to ``localhost`` and adds no header at all is indistinguishable from a local browser: the
+   demo must never sit behind a proxy (its start banner and the README say so). Anyone else
+   logs in.
 
 Built-in logins are bounded: a session lasts ``SESSION_LIFETIME_SECONDS`` from the login
-however active it is, and logging out ends every session of that user (the cookie carries the
-user's session generation; logout bumps it in ``geneva_drive_dashboard_sessions``).
+however active it is, logging out ends every session of that user (the cookie carries the
+user's session generation; logout bumps it in ``geneva_drive_dashboard_sessions``), and so does
+a new password (the cookie carries a fingerprint of the password hash, keyed with the secret
+key: a new hash in ``USERS`` and a restart, and the old cookies are nobody's).
+
+Logins are throttled (:mod:`geneva_drive.dashboard.ratelimit`: each attempt is counted before
+its password is checked, so parallel guesses cannot slip past the limit), and at most
+:data:`MAX_CONCURRENT_HASHES` passwords are hashed at once: a flood of unauthenticated logins
+cannot take the threads that serve signed-in operators. Under a host's login (a user loader or
+Flask-Login) the built-in ``/login`` does not exist (404): it would be a second, public way in.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import hmac
 import importlib
 import ipaddress
 import logging
 import secrets
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
 from flask import Blueprint, Response, abort, current_app, g, redirect, request, session
@@ -61,8 +78,52 @@ from geneva_drive.models import DashboardSessionGeneration, utcnow
 
 ROLES = ("viewer", "operator")
 DEMO_USER = "demo"
-#: Headers a proxy adds: a request carrying one came through a proxy, whatever its TCP peer.
-FORWARDING_HEADERS = frozenset({"forwarded", "via", "x-real-ip"})
+#: Headers a proxy, load balancer or CDN adds: a request carrying one came through a proxy,
+#: whatever its TCP peer (lower case).
+PROXY_HEADERS = frozenset(
+    {
+        "forwarded",
+        "via",
+        "x-real-ip",
+        "x-client-ip",
+        "client-ip",
+        "true-client-ip",
+        "x-cluster-client-ip",
+        "x-proxyuser-ip",
+        "x-host",
+        "x-remote-ip",
+        "x-remote-addr",
+        "x-proxy-id",
+        "x-request-start",
+        "cdn-loop",
+        "x-arr-log-id",
+        "x-arr-ssl",
+        "x-appengine-user-ip",
+        "x-azure-clientip",
+        "x-azure-socketip",
+    }
+)
+#: Header prefixes of proxies and CDNs (X-Forwarded-For/-Host/-Proto, X-Original-Host,
+#: Cloudflare's CF-*, Fastly-*, AWS's X-Amzn-*, Envoy's X-Envoy-*, Akamai's Akamai-*).
+PROXY_PREFIXES = (
+    "x-forwarded-",
+    "x-original-",
+    "cf-",
+    "fastly-",
+    "x-amzn-",
+    "x-envoy-",
+    "akamai-",
+    "x-akamai-",
+    "x-vercel-",
+    "x-nf-",
+    "x-real-",
+)
+#: What ``geneva-drive up --demo`` prints at start.
+DEMO_BANNER = (
+    "Demo mode: requests from this machine are the operator 'demo', without a login. It must "
+    "never sit behind a proxy: a reverse proxy that rewrites Host to localhost is "
+    "indistinguishable from a local browser and would hand operator rights to every client."
+)
 LOOPBACK_NAMES = frozenset({"localhost"})
 #: The dashboard's keys in the session, all under one prefix: mounted in a host app, the
 #: session (and its cookie) is the host's, and the dashboard touches only its own keys.
@@ -70,26 +131,54 @@ SESSION_PREFIX = "geneva_drive."
 USER_KEY = "geneva_drive.user"
 ISSUED_KEY = "geneva_drive.iat"
 GENERATION_KEY = "geneva_drive.gen"
+PASSWORD_KEY = "geneva_drive.pwd"
+#: Passwords hashed at once, at most (scrypt takes tens of milliseconds of CPU each): the
+#: server's other threads stay free for signed-in operators whatever the login traffic.
+MAX_CONCURRENT_HASHES = 2
+#: Seconds a login waits for a hashing slot before it is answered 503.
+HASH_WAIT_SECONDS = 2.0
+_hashing = threading.BoundedSemaphore(MAX_CONCURRENT_HASHES)
 
 log = logging.getLogger(__name__)
 
 bp = Blueprint("auth", __name__)
 
 
+class UnknownRoleError(ValueError):
+    """A user's role is neither of :data:`ROLES`: a configuration mistake, answered 403."""
+
+
 @dataclass(frozen=True)
 class DashboardUser:
-    """The person behind a request: a display name and a role."""
+    """The person behind a request: a display name and a role.
+
+    ``user_id`` is the host's stable id of the user, when the user comes from a host's login:
+    the audit log records it beside the display name (``host:<id> <name>``), so a host user who
+    renames themselves (``cli:root``, another operator's name) cannot pose as someone else.
+    The role is read case-insensitively (``"Operator"`` is ``"operator"``).
+    """
 
     name: str
     role: str
+    user_id: str | None = None
 
     def __post_init__(self) -> None:
-        if self.role not in ROLES:
-            raise ValueError(f"Unknown dashboard role {self.role!r}; use one of {', '.join(ROLES)}")
+        role = str(self.role).strip().lower()
+        if role not in ROLES:
+            raise UnknownRoleError(
+                f"Unknown dashboard role {self.role!r} for {self.name!r}: use one of "
+                f"{', '.join(ROLES)} (or give the user no access at all)"
+            )
+        object.__setattr__(self, "role", role)
 
     @property
     def can_act(self) -> bool:
         return self.role == "operator"
+
+    @property
+    def actor(self) -> str:
+        """Who the audit log says acted: the name, under the host's stable id when there is one."""
+        return f"host:{self.user_id} {self.name}" if self.user_id is not None else self.name
 
 
 def current_user() -> DashboardUser | None:
@@ -97,14 +186,19 @@ def current_user() -> DashboardUser | None:
     return user
 
 
-def _resolve_loader(value: Any) -> Callable[[Any], DashboardUser | None] | None:
+def resolve_callable(value: Any, setting: str) -> Callable[..., Any] | None:
+    """``value`` itself when callable, else the callable a ``"module:attribute"`` string names."""
     if value is None or callable(value):
         return value  # type: ignore[no-any-return]
     module_name, _, attribute = str(value).partition(":")
-    loader = getattr(importlib.import_module(module_name), attribute)
-    if not callable(loader):
-        raise TypeError(f"USER_LOADER {value!r} does not name a callable")
-    return loader  # type: ignore[no-any-return]
+    found = getattr(importlib.import_module(module_name), attribute)
+    if not callable(found):
+        raise TypeError(f"GENEVA_{setting} {value!r} does not name a callable")
+    return found  # type: ignore[no-any-return]
+
+
+def _resolve_loader(value: Any) -> Callable[[Any], DashboardUser | None] | None:
+    return resolve_callable(value, "USER_LOADER")
 
 
 def _is_loopback(address: str | None) -> bool:
@@ -132,7 +226,7 @@ def _is_loopback_host(host: str) -> bool:
 
 def _is_forwarded() -> bool:
     return any(
-        key.lower() in FORWARDING_HEADERS or key.lower().startswith("x-forwarded-")
+        key.lower() in PROXY_HEADERS or key.lower().startswith(PROXY_PREFIXES)
         for key, _value in request.headers
     )
 
@@ -181,13 +275,29 @@ def clear_session() -> None:
         session.pop(key)
 
 
+def password_fingerprint(name: str) -> str:
+    """A fingerprint of ``name``'s configured password hash, keyed with the secret key.
+
+    The session cookie is signed, not encrypted: keyed, the fingerprint tells its reader
+    nothing about the hash. A new hash gives a new fingerprint, so the sessions of the old
+    password end."""
+    entry = dashboard_config().get("USERS", {}).get(name)
+    hashed = str(entry.get("password_hash") or "") if isinstance(entry, dict) else ""
+    key = current_app.secret_key
+    key_bytes = key.encode() if isinstance(key, str) else bytes(key or b"")
+    digest = hmac.new(key_bytes, b"geneva_drive.password\x00" + hashed.encode(), hashlib.sha256)
+    return base64.urlsafe_b64encode(digest.digest()[:16]).decode().rstrip("=")
+
+
 def start_session(name: str) -> None:
     """Log ``name`` in on this request's session (a fresh one: no fixation of a pre-login
-    cookie), stamped with the login time and the current session generation."""
+    cookie), stamped with the login time, the current session generation and the password's
+    fingerprint."""
     clear_session()
     session[USER_KEY] = name
     session[ISSUED_KEY] = int(time.time())
     session[GENERATION_KEY] = _generation(name)
+    session[PASSWORD_KEY] = password_fingerprint(name)
     csrf.csrf_token()
 
 
@@ -199,6 +309,11 @@ def _session_is_current(name: str) -> bool:
     lifetime = float(dashboard_config()["SESSION_LIFETIME_SECONDS"])
     if age > lifetime or age < -60:  # expired, or stamped in the future (clock or forgery)
         return False
+    fingerprint = session.get(PASSWORD_KEY)
+    if not isinstance(fingerprint, str) or not hmac.compare_digest(
+        fingerprint, password_fingerprint(name)
+    ):
+        return False  # the password changed since this login (or the cookie predates this rule)
     generation = session.get(GENERATION_KEY, 0)
     return isinstance(generation, int) and generation == _generation(name)
 
@@ -210,14 +325,25 @@ def _configured_user(name: str) -> DashboardUser | None:
     return DashboardUser(name, str(entry.get("role", "viewer")))
 
 
+def _refuse_unknown_role(error: UnknownRoleError) -> NoReturn:
+    log.error("Dashboard access refused: %s", escape(str(error), 300))
+    abort(403, description=f"{error}. (Roles are {' and '.join(ROLES)}.)")
+
+
 def _load_user() -> DashboardUser | None:
     loader = _resolve_loader(dashboard_config().get("USER_LOADER")) or state().user_loader
     if loader is not None:
-        return loader(request)
+        try:
+            return loader(request)
+        except UnknownRoleError as error:  # the host's role names: a clear 403, not a 500
+            _refuse_unknown_role(error)
     name = session.get(USER_KEY)
     if name:
         if _session_is_current(str(name)):
-            return _configured_user(str(name))
+            try:
+                return _configured_user(str(name))
+            except UnknownRoleError as error:
+                _refuse_unknown_role(error)
         clear_session()  # expired or logged out: the cookie is replaced by an anonymous one
     if _demo_open():
         return DashboardUser(DEMO_USER, "operator")
@@ -260,6 +386,7 @@ def authorize() -> Response | None:
             return Response(status=401, headers={"HX-Redirect": target})
         return redirect(target)  # type: ignore[return-value]
     if request.method not in csrf.SAFE_METHODS and not g.user.can_act:
+        g.geneva_refusal = "forbidden"
         abort(403, description=f"{g.user.name} is a viewer; viewers cannot change workflows.")
     return None
 
@@ -319,8 +446,22 @@ def _login_page(error: str | None, status: int, next_url: str) -> Any:
     return page, status
 
 
+def _check_password(name: str, password: str) -> bool | None:
+    """Whether ``password`` is ``name``'s, or None when no hashing slot came free in time."""
+    if not _hashing.acquire(timeout=HASH_WAIT_SECONDS):
+        return None
+    try:
+        return _password_matches(name, password)
+    finally:
+        _hashing.release()
+
+
 @bp.route("/login", methods=["GET", "POST"])
 def login() -> Any:
+    if not uses_own_login():
+        # The host signs people in: a second, public login would be a way around it (and a
+        # way to make this process hash passwords for anyone).
+        abort(404)
     next_url = request.args.get("next", "")
     if request.method != "POST":
         return _login_page(None, 200, next_url)
@@ -330,19 +471,31 @@ def login() -> Any:
     keys = ratelimit.keys_for(name, address)
     limiter = state().login_limiter
     limits = _limits()
-    wait = limiter.retry_after(list(keys.values()), limits)
-    if wait:
+    # Counted as a failure before the password is checked (and taken back on success): 30
+    # parallel guesses meet the limit as 30 sequential ones do.
+    attempt = limiter.attempt(keys, limits)
+    if attempt.wait:
         log.warning(
-            "Login throttled: user %s from %s, %s s to wait", escape(name, 100), address, wait
+            "Login throttled: user %s from %s, %s s to wait",
+            escape(name, 100),
+            address,
+            attempt.wait,
         )
-        body, status = _login_page(f"Too many failed logins. Try again in {wait} seconds.", 429, "")
-        return body, status, {"Retry-After": str(wait)}
-    if _password_matches(name, password):
-        limiter.clear([keys["pair"], keys["user"]])
+        body, status = _login_page(
+            f"Too many failed logins. Try again in {attempt.wait} seconds.", 429, ""
+        )
+        return body, status, {"Retry-After": str(attempt.wait)}
+    matches = _check_password(name, password)
+    if matches is None:
+        limiter.withdraw(attempt)  # not a guess: the password was never looked at
+        log.warning("Login deferred: too many logins at once (user %s)", escape(name, 100))
+        body, status = _login_page("Too many logins at once. Try again in a moment.", 503, "")
+        return body, status, {"Retry-After": "2"}
+    if matches:
+        limiter.succeed(attempt)
         start_session(name)
         log.info("Login: user %s from %s", escape(name, 100), address)
         return redirect(_safe_next(next_url))
-    limiter.fail(list(keys.values()), limits)
     log.warning(
         "Failed login: user %s from %s (%d failures of this user from this address in %d s)",
         escape(name, 100),

@@ -8,16 +8,15 @@ blueprint only before its first registration, so they are added here, once, at i
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from flask import Blueprint
 
-from geneva_drive.dashboard import auth, csrf, errors, htmx, metrics, security, urls
+from geneva_drive.dashboard import auth, csrf, errors, htmx, metrics, package_data, security, urls
 from geneva_drive.dashboard.dashboard import bp as dashboard_bp
 from geneva_drive.dashboard.workflows import bp as workflows_bp
 
-STATIC = Path(__file__).parent / "static"
+STATIC = package_data.locate("static")
 
 bp = Blueprint(urls.BLUEPRINT, __name__, static_folder=str(STATIC), static_url_path="/static")
 

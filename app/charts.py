@@ -3,22 +3,29 @@ per hour (last day), overall and per class; per-step duration distributions.
 
 Server-rendered SVG (``templates/_charts.html``): no script, nothing inline for the CSP to
 refuse, colours from the stylesheet. The counts are grouped in the database over the
-``finished_at`` index range of the window (one query per window, cached like the overview's
-counts), never a scan of the whole history.
+``finished_at`` index range of the window, never a scan of the whole history.
+
+A bucket that ended more than :data:`SETTLE_AFTER` ago cannot change any more (an execution's
+``finished_at`` is the time it finished), so each app reads it once and keeps its counts
+(:func:`_bucket_counts`); a render then reads only the last few minutes. Without that, the day
+chart's query grows with a day's activity: 815 ms at 70,000 executions a day (bench/NOTES.md,
+issue 26).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, case, cast, func, literal, literal_column, select
+from sqlalchemy import case, func, select
 from sqlalchemy.orm import Session
 
 from geneva_drive.dashboard.formatting import duration
 from geneva_drive.dashboard.queries import cached
+from geneva_drive.dialects import Dialect, dialect_for
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.states import Outcome, StepState
 from geneva_drive.workflow import Workflow
@@ -35,6 +42,18 @@ class Bar:
     #: (kind, y, height) from the bottom up: completed, reattempted, failed.
     segments: list[tuple[str, float, float]]
     title: str
+    #: The current bucket, still filling ("45 after 34 s" beside full minutes of 74).
+    partial: bool = False
+    #: Taller than the scale: drawn to the top with a marker, its count in the title.
+    clipped: bool = False
+
+
+@dataclass(frozen=True)
+class Tick:
+    """A mark on the time axis: its x (plot units) and its label (UTC clock time)."""
+
+    x: float
+    label: str
 
 
 @dataclass(frozen=True)
@@ -45,10 +64,20 @@ class Chart:
     bars: list[Bar]
     first_label: str
     last_label: str
+    #: The time axis: evenly spaced ticks from the window's start to its end.
+    ticks: list[Tick] = field(default_factory=list)
+    #: The top of the y scale (executions per bucket); below ``peak`` when a spike is clipped.
+    scale_max: int = 0
+    #: "minute" or "hour": the unit of one bar.
+    unit: str = "minute"
 
     @property
     def summary(self) -> str:
         return ", ".join(f"{self.total[k]:,} {k}" for k in KINDS)
+
+    @property
+    def clipped(self) -> int:
+        return sum(1 for bar in self.bars if bar.clipped)
 
 
 @dataclass(frozen=True)
@@ -60,21 +89,17 @@ class Trend:
     per_class: list[tuple[str, Chart]]
 
 
-def _bucket(column: Any, seconds: int, dialect: str) -> Any:
+def _bucket(column: Any, seconds: int, dialect: Dialect) -> Any:
     """Seconds since the epoch of ``column``, integer-divided by ``seconds``."""
-    epoch: Any
-    if dialect == "sqlite":
-        epoch = cast(func.strftime("%s", column), Integer)
-    elif dialect == "postgresql":
-        epoch = cast(func.floor(func.extract("epoch", column)), Integer)
-    else:  # MySQL / MariaDB: the column holds UTC; no session time zone involved
-        epoch = func.timestampdiff(literal_column("SECOND"), literal("1970-01-01 00:00:00"), column)
-    return func.floor(epoch / seconds)
+    return func.floor(dialect.epoch_seconds(column) / seconds)
 
 
-def _counts(session: Session, since: datetime, seconds: int) -> dict[tuple[str, int, str], int]:
-    """``{(class, bucket, kind): n}`` for executions that finished since ``since``."""
-    dialect = session.get_bind().dialect.name
+def _counts(
+    session: Session, since: datetime, seconds: int, until: datetime | None = None
+) -> dict[tuple[str, int, str], int]:
+    """``{(class, bucket, kind): n}`` for executions that finished since ``since`` (and
+    before ``until``)."""
+    dialect = dialect_for(session)
     kind = case(
         (StepExecution.state == StepState.FAILED, "failed"),
         (StepExecution.outcome == Outcome.REATTEMPTED, "reattempted"),
@@ -85,7 +110,10 @@ def _counts(session: Session, since: datetime, seconds: int) -> dict[tuple[str, 
     rows = select(Workflow.type.label("cls"), bucket, kind).join(
         Workflow, Workflow.id == StepExecution.workflow_id
     )
-    inner = rows.where(StepExecution.finished_at >= since).subquery()
+    window = rows.where(StepExecution.finished_at >= since)
+    if until is not None:
+        window = window.where(StepExecution.finished_at < until)
+    inner = window.subquery()
     grouped = select(inner.c.cls, inner.c.bucket, inner.c.kind, func.count()).group_by(
         inner.c.cls, inner.c.bucket, inner.c.kind
     )
@@ -96,43 +124,140 @@ def _counts(session: Session, since: datetime, seconds: int) -> dict[tuple[str, 
     return found
 
 
+#: A bucket that ended this long ago is settled: no execution finishes into it any more. The
+#: margin covers a worker whose clock is behind the dashboard's and a transaction that set
+#: ``finished_at`` and committed later.
+SETTLE_AFTER = timedelta(minutes=5)
+
+_settled_lock = threading.Lock()
+
+
+def _bucket_counts(
+    session: Session, seconds: int, first: int, count: int, now: datetime
+) -> dict[tuple[str, int, str], int]:
+    """The counts of buckets ``first .. first + count - 1``: settled ones read once per app
+    and kept (``app.extensions``), the rest read now."""
+    from flask import current_app
+
+    def start(number: int) -> datetime:
+        return datetime.fromtimestamp(number * seconds, tz=UTC)
+
+    settled_before = math.floor((now - SETTLE_AFTER).timestamp() / seconds)
+    store: dict[int, dict[int, dict[tuple[str, str], int]]] = current_app.extensions.setdefault(
+        "geneva_drive.settled_chart_buckets", {}
+    )
+    with _settled_lock:
+        kept = store.setdefault(seconds, {})
+        for number in [n for n in kept if n < first]:
+            del kept[number]  # out of the window for good
+        missing = [n for n in range(first, min(first + count, settled_before)) if n not in kept]
+    if missing:
+        read = _counts(session, start(missing[0]), seconds, until=start(missing[-1] + 1))
+        fresh: dict[int, dict[tuple[str, str], int]] = {
+            n: {} for n in range(missing[0], missing[-1] + 1)
+        }
+        for (cls, number, kind), n in read.items():
+            fresh[number][(cls, kind)] = n
+        with _settled_lock:
+            kept.update(fresh)
+    live_from = max(first, settled_before)
+    found = _counts(session, start(live_from), seconds)
+    with _settled_lock:
+        for number in range(first, live_from):
+            for (cls, kind), n in kept.get(number, {}).items():
+                found[(cls, number, kind)] = n
+    return found
+
+
+#: A bar taller than this many times the next tallest is a spike: the scale ignores it.
+SPIKE_FACTOR = 3.0
+
+
+def robust_scale(values: list[int]) -> int:
+    """The top of the y scale: the tallest bar, unless it towers over the rest (a startup
+    burst of 4,000 beside minutes of 40 would flatten every other bar to a pixel). Then the
+    scale is 1.5 times the second tallest and the spike is drawn clipped, with a marker."""
+    ordered = sorted((v for v in values if v > 0), reverse=True)
+    if not ordered:
+        return 0
+    if len(ordered) >= 2 and ordered[0] > SPIKE_FACTOR * ordered[1]:
+        return max(1, math.ceil(ordered[1] * 1.5))
+    return ordered[0]
+
+
+#: Ticks per window: the time axis gets this many intervals.
+TICK_INTERVALS = 6
+
+
 def _chart(
-    title: str, per_bucket: dict[int, dict[str, int]], first: int, count: int, seconds: int
+    title: str,
+    per_bucket: dict[int, dict[str, int]],
+    first: int,
+    count: int,
+    seconds: int,
+    now: datetime | None = None,
 ) -> Chart:
-    peak = max([sum(v.values()) for v in per_bucket.values()] or [0])
-    scale = HEIGHT / peak if peak else 0.0
+    sums = [sum(per_bucket.get(first + i, {}).values()) for i in range(count)]
+    peak = max(sums or [0])
+    top = robust_scale(sums)
+    scale = HEIGHT / top if top else 0.0
     slot = WIDTH / count
+    unit = "minute" if seconds == 60 else "hour"
     bars = []
     totals = dict.fromkeys(KINDS, 0)
     for i in range(count):
         values = per_bucket.get(first + i, {})
+        total = sums[i]
+        clipped = total > top > 0
+        # A clipped bar keeps its proportions, squeezed into the full height.
+        factor = HEIGHT / total if clipped else scale
         y = HEIGHT
         segments = []
         for kind in ("completed", "reattempted", "failed"):
             n = values.get(kind, 0)
             totals[kind] += n
             if n:
-                height = max(n * scale, 1.0)
+                height = max(n * factor, 1.0)
                 y -= height
                 segments.append((kind, round(y, 2), round(height, 2)))
         start = datetime.fromtimestamp((first + i) * seconds, tz=UTC)
         label = ", ".join(f"{values.get(k, 0)} {k}" for k in KINDS)
+        partial = i == count - 1
+        note = ""
+        if partial:
+            elapsed = int((now or utcnow()).timestamp()) - (first + i) * seconds
+            note = f" (this {unit} so far: {duration(max(0, elapsed))} of it)"
+        if clipped:
+            note += f" (off the scale: {total:,}, the scale stops at {top:,})"
         bars.append(
             Bar(
                 x=round(i * slot, 2),
                 width=round(slot * 0.8, 2),
                 segments=segments,
-                title=f"{start:%H:%M} UTC: {label}",
+                title=f"{start:%H:%M} UTC: {label}{note}",
+                partial=partial,
+                clipped=clipped,
             )
         )
-    unit = "min" if seconds == 60 else "h"
+    step = max(1, count // TICK_INTERVALS)
+    ticks = [
+        Tick(
+            x=round(i * slot, 2),
+            label=f"{datetime.fromtimestamp((first + i) * seconds, tz=UTC):%H:%M}",
+        )
+        for i in range(0, count + 1, step)
+    ]
+    short = "min" if seconds == 60 else "h"
     return Chart(
         title=title,
         total=totals,
         peak=peak,
         bars=bars,
-        first_label=f"{count} {unit} ago",
+        first_label=f"{count} {short} ago",
         last_label="now",
+        ticks=ticks,
+        scale_max=top,
+        unit=unit,
     )
 
 
@@ -148,8 +273,7 @@ def trends(session: Session, now: datetime | None = None) -> list[Trend]:
         for name, (seconds, count) in WINDOWS.items():
             last = math.floor(now.timestamp() / seconds)
             first = last - count + 1
-            since = datetime.fromtimestamp(first * seconds, tz=UTC)
-            counts = _counts(session, since, seconds)
+            counts = _bucket_counts(session, seconds, first, count, now)
             overall: dict[int, dict[str, int]] = {}
             by_class: dict[str, dict[int, dict[str, int]]] = {}
             for (cls, number, kind), n in counts.items():
@@ -159,9 +283,9 @@ def trends(session: Session, now: datetime | None = None) -> list[Trend]:
             result.append(
                 Trend(
                     name=name,
-                    overall=_chart("All classes", overall, first, count, seconds),
+                    overall=_chart("All classes", overall, first, count, seconds, now),
                     per_class=[
-                        (cls, _chart(cls, values, first, count, seconds))
+                        (cls, _chart(cls, values, first, count, seconds, now))
                         for cls, values in sorted(by_class.items())
                     ],
                 )

@@ -15,6 +15,25 @@ Other commands, for running the roles separately:
   executions, runs housekeeping); an alternative to ``celery -A geneva_drive.celery beat``.
 - ``geneva-drive housekeeping`` — one housekeeping run; prints the report as JSON.
 - ``geneva-drive migrate`` — upgrade the database schema and exit.
+- ``geneva-drive workflows …`` and ``geneva-drive signal …`` — the operator actions
+  (:mod:`geneva_drive.dashboard.operator_cli`); they run without Flask.
+- ``geneva-drive check-deploy [--json]`` — run with the new code's workflow modules before a
+  deploy: what it would strand (:mod:`geneva_drive.deploy`). Exit 0 clean, 1 problems, 2
+  could not check.
+- ``geneva-drive doctor [--json]`` — ongoing workflows with no explained next event
+  (:mod:`geneva_drive.health`). Same exit codes.
+- ``geneva-drive archive --older-than 30d --to DIR`` — finished/canceled workflows to gzip
+  JSON Lines, one file per day, verified, then deleted; ``--restore FILE…`` loads them back
+  (:mod:`geneva_drive.archive`).
+
+Every subcommand is one :class:`Subcommand` in :data:`SUBCOMMANDS`. Those marked ``in_host``
+are also ``flask geneva <name>`` in a host app that uses the extension
+(:func:`register_flask_commands`), on the host's database session and Celery app: the same
+parser and handler, only the :class:`~geneva_drive.dashboard.operator_cli.Runtime` differs.
+To add a command (``archive``…), write ``_add_<name>(subparsers)``
+that adds its parser with a ``handler`` taking the parsed arguments and returning the exit
+code, and list it in :data:`SUBCOMMANDS`; a handler that needs the database calls
+:func:`runtime` first (in a host that is the host's engine, never a second one).
 
 This module is the composition root: it wires the engine, the dashboard and the demo's example
 workflows together, so it lives beside the dashboard (the engine package never imports Flask or
@@ -24,6 +43,7 @@ the dashboard; ``scripts/test`` checks that with import-linter).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import ipaddress
 import json
 import logging
@@ -32,19 +52,25 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from flask import Flask
-
-from geneva_drive import db, housekeeping, migrations, transport
+from geneva_drive import archive, db, deploy, health, housekeeping, migrations, transport
 from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
+from geneva_drive.config import process_variable
 from geneva_drive.dashboard import operator_cli
-from geneva_drive.dashboard import server as dashboard_server
+from geneva_drive.dashboard.operator_cli import Runtime
+from geneva_drive.dialects import dialect_for
 from geneva_drive.dispatch import run_dispatcher
 from geneva_drive.embedded import DEFAULT_POLL_INTERVAL, EmbeddedWorker
 from geneva_drive.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    # Flask is loaded only by the commands that serve the dashboard (`up`): the others, the
+    # operator actions among them, run in a process without it.
+    from flask import Flask
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     _setup_logging(args.log_level)
+    return _dispatch(args)
+
+
+def _dispatch(args: argparse.Namespace) -> int:
     handler: Callable[[argparse.Namespace], int] = args.handler
     try:
         return handler(args)
@@ -70,13 +100,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="geneva-drive", description="Run GenevaDrive durable workflows."
-    )
-    parser.add_argument("--log-level", default=os.environ.get("GENEVA_LOG_LEVEL", "INFO"))
+def _parser(*, host: bool = False, prog: str = "geneva-drive") -> argparse.ArgumentParser:
+    """The command's parser: every subcommand, or (``host``) those a host app offers."""
+    parser = argparse.ArgumentParser(prog=prog, description="Run GenevaDrive durable workflows.")
+    if not host:
+        parser.add_argument("--log-level", default=process_variable("GENEVA_LOG_LEVEL") or "INFO")
     commands = parser.add_subparsers(dest="command", required=True)
+    for subcommand in SUBCOMMANDS:
+        if subcommand.in_host or not host:
+            subcommand.add(commands)
+    return parser
 
+
+def _add_up(commands: Any) -> None:
     up = commands.add_parser(
         "up", help="dashboard + embedded worker + housekeeping on the embedded default"
     )
@@ -86,11 +122,15 @@ def _parser() -> argparse.ArgumentParser:
     _worker_options(up)
     up.set_defaults(handler=cmd_up)
 
+
+def _add_worker(commands: Any) -> None:
     worker = commands.add_parser("worker", help="an embedded worker (no broker) + housekeeping")
     _worker_options(worker)
     worker.add_argument("--no-housekeeping", action="store_true")
     worker.set_defaults(handler=cmd_worker)
 
+
+def _add_dispatcher(commands: Any) -> None:
     dispatcher = commands.add_parser(
         "dispatcher", help="send due executions to Celery and run housekeeping (a loop)"
     )
@@ -98,15 +138,186 @@ def _parser() -> argparse.ArgumentParser:
     dispatcher.add_argument("--no-housekeeping", action="store_true")
     dispatcher.set_defaults(handler=cmd_dispatcher)
 
+
+def _add_housekeeping(commands: Any) -> None:
     housekeeping = commands.add_parser("housekeeping", help="run housekeeping once")
     housekeeping.set_defaults(handler=cmd_housekeeping)
 
+
+def _add_check_deploy(commands: Any) -> None:
+    check_deploy = commands.add_parser(
+        "check-deploy",
+        help="before a deploy: can the new code run every ongoing workflow? (exit 0/1/2)",
+    )
+    check_deploy.add_argument("--json", action="store_true", help="machine-readable output")
+    check_deploy.set_defaults(handler=lambda args: _checked(deploy.run, args.json))
+
+
+def _add_doctor(commands: Any) -> None:
+    doctor = commands.add_parser(
+        "doctor", help="list ongoing workflows with no explained next event (exit 0/1/2)"
+    )
+    doctor.add_argument("--json", action="store_true", help="machine-readable output")
+    doctor.set_defaults(handler=lambda args: _checked(health.run, args.json))
+
+
+def _checked(run: Callable[..., int], as_json: bool) -> int:
+    """``check-deploy`` and ``doctor``: the engine's check on the runtime's database. A
+    runtime that cannot start (a workflow module that does not import, a bad setting) is
+    exit 2, "could not check", like a database that does not answer."""
+    try:
+        current = runtime()
+    except (ImportError, ConfigurationError) as error:
+        print(f"could not check: {error}", file=sys.stderr)
+        return 2
+    with current.session_scope() as session:
+        return run(session, as_json=as_json)
+
+
+def _add_migrate(commands: Any) -> None:
     migrate = commands.add_parser("migrate", help="upgrade the database schema")
     migrate.add_argument("--demo", action="store_true", help="also create the demo tables")
     migrate.set_defaults(handler=cmd_migrate)
-    # `workflows …` and `signal` (the dashboard's operator actions), loaded like the dashboard.
-    operator_cli.add_parsers(commands)
-    return parser
+
+
+def _add_archive(commands: Any) -> None:
+    archive_parser = commands.add_parser(
+        "archive",
+        help="write old finished/canceled workflows to gzip JSON Lines, verify, delete "
+        "(or --restore files)",
+    )
+    archive_parser.add_argument(
+        "--older-than", help="age of transitioned_at: 30d, 12h, 90m, 45s or seconds"
+    )
+    archive_parser.add_argument("--to", type=Path, help="directory of the day files")
+    archive_parser.add_argument(
+        "--restore", nargs="+", type=Path, metavar="FILE", help="load archive files back"
+    )
+    archive_parser.add_argument(
+        "--batch", type=int, default=500, help="workflows per transaction (default 500)"
+    )
+    archive_parser.set_defaults(handler=cmd_archive)
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    """``archive --older-than AGE --to DIR`` or ``archive --restore FILE…``; prints a JSON
+    report. Exit 0 done, 1 an archive file failed its check (nothing of it deleted or
+    loaded), 2 bad arguments."""
+    restoring = bool(args.restore)
+    if restoring == bool(args.older_than or args.to) or (
+        not restoring and not (args.older_than and args.to)
+    ):
+        print(
+            "geneva-drive archive: give --older-than AGE --to DIR (archive), "
+            "or --restore FILE... (load back)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.batch <= 0:
+        print("geneva-drive archive: --batch must be a positive number", file=sys.stderr)
+        return 2
+    try:
+        age = None if restoring else archive.parse_age(args.older_than)
+    except ValueError as error:
+        print(f"geneva-drive archive: --older-than {error}", file=sys.stderr)
+        return 2
+    current = runtime()
+    try:
+        if restoring:
+            restored = archive.restore(
+                args.restore, batch=args.batch, session_scope=current.session_scope
+            )
+            print(json.dumps(dataclasses.asdict(restored)))
+        else:
+            assert age is not None
+            written = archive.archive(
+                age, args.to, batch=args.batch, session_scope=current.session_scope
+            )
+            result = dataclasses.asdict(written)
+            result["files"] = [str(path) for path in written.files]
+            print(json.dumps(result))
+    except archive.ArchiveError as error:
+        print(f"geneva-drive archive: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """One subcommand of ``geneva-drive``: ``add(subparsers)`` adds its parser, whose
+    ``handler`` takes the parsed arguments and returns the exit code. ``in_host``: also
+    ``flask geneva <name>`` in a host app (on the host's database and Celery app)."""
+
+    name: str
+    add: Callable[[Any], None]
+    in_host: bool = False
+
+
+#: Every subcommand, in help order. The processes that serve or work (``up``, ``worker``,
+#: ``dispatcher``) and ``migrate`` (a host runs ``flask db upgrade``) stay out of a host's
+#: ``flask geneva``; the operator commands and one-shot maintenance are in it.
+SUBCOMMANDS: list[Subcommand] = [
+    Subcommand("up", _add_up),
+    Subcommand("worker", _add_worker),
+    Subcommand("dispatcher", _add_dispatcher),
+    Subcommand("housekeeping", _add_housekeeping, in_host=True),
+    Subcommand("migrate", _add_migrate),
+    # `workflows …` and `signal` (the dashboard's operator actions), without Flask.
+    Subcommand("workflows", operator_cli.add_workflows_parser, in_host=True),
+    Subcommand("signal", operator_cli.add_signal_parser, in_host=True),
+    # Read-only checks of the live database (SPEC §6.4).
+    Subcommand("check-deploy", _add_check_deploy, in_host=True),
+    Subcommand("doctor", _add_doctor, in_host=True),
+    # Retention that keeps what it deletes (SPEC §6.5).
+    Subcommand("archive", _add_archive, in_host=True),
+]
+
+
+def runtime() -> Runtime:
+    """The database and settings of the command being run: the engine's own (from
+    ``GENEVA_DATABASE_URL``) under ``geneva-drive``, the host's under ``flask geneva``."""
+    return operator_cli.RUNTIME.get()()
+
+
+def register_flask_commands(app: Flask, host_runtime: Callable[[], Runtime]) -> None:
+    """Add ``flask geneva <name> …`` for every ``in_host`` subcommand to a host app's CLI.
+
+    Each forwards its arguments to the same parser and handler as ``geneva-drive <name>``;
+    ``host_runtime`` gives the host's database session and settings (the extension's; its
+    Celery app is already the engine's by then).
+    """
+    from flask.cli import AppGroup
+
+    group = AppGroup("geneva", help="GenevaDrive's commands on this app's database and Celery app.")
+    for subcommand in SUBCOMMANDS:
+        if subcommand.in_host:
+            group.add_command(_flask_command(subcommand.name, host_runtime))
+    app.cli.add_command(group)
+
+
+def _flask_command(name: str, host_runtime: Callable[[], Runtime]) -> Any:
+    import click
+
+    def forward(arguments: tuple[str, ...]) -> None:
+        parser = _parser(host=True, prog="flask geneva")
+        args = parser.parse_args([name, *arguments])
+        token = operator_cli.RUNTIME.set(host_runtime)
+        try:
+            code = _dispatch(args)
+        finally:
+            operator_cli.RUNTIME.reset(token)
+        raise SystemExit(code)
+
+    # The arguments go to the parser untouched (its own --help included): one definition of
+    # each command's options for `geneva-drive` and `flask geneva`.
+    return click.Command(
+        name,
+        callback=forward,
+        params=[click.Argument(["arguments"], nargs=-1, type=click.UNPROCESSED)],
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+        add_help_option=False,
+        help=f"geneva-drive {name} …, on this app (--help for its options).",
+    )
 
 
 def _worker_options(parser: argparse.ArgumentParser) -> None:
@@ -138,7 +349,7 @@ def _embedded_database_url() -> None:
     Absolute, because Flask-SQLAlchemy resolves relative SQLite paths against the app's
     instance folder, and the dashboard and the worker must open the same file.
     """
-    if not os.environ.get("GENEVA_DATABASE_URL"):
+    if not process_variable("GENEVA_DATABASE_URL"):
         path = Path.cwd() / db.EMBEDDED_DATABASE_PATH
         path.parent.mkdir(parents=True, exist_ok=True)
         os.environ["GENEVA_DATABASE_URL"] = f"sqlite:///{path}"
@@ -169,11 +380,9 @@ def _create_dashboard(demo: bool) -> Flask:
     flask_app = create_app({"DEMO": True} if demo else None)
     with flask_app.app_context():
         sa_engine = flask_app.extensions["sqlalchemy"].engine
-    if sa_engine.dialect.name == "sqlite":
-        # The dashboard's engine serves the embedded worker too: give it the engine's SQLite
-        # settings (WAL, busy_timeout) and drop connections opened without them.
-        db.install_sqlite_pragmas(sa_engine)
-        sa_engine.dispose()
+    # The dashboard's engine serves the embedded worker too: give it the engine's SQLite
+    # settings (WAL, busy_timeout) and drop connections opened without them.
+    dialect_for(sa_engine).adopt(sa_engine)
     db.configure(engine=sa_engine)
     return flask_app
 
@@ -241,10 +450,16 @@ def cmd_up(args: argparse.Namespace) -> int:
 
     # A production server (waitress, with header and request deadlines; see app/server.py),
     # not Werkzeug's development server.
+    from geneva_drive.dashboard import server as dashboard_server
+
     server = dashboard_server.make_server(flask_app, args.host, args.port)
     web = _thread(server.serve_forever, "geneva-web")
     url = f"http://{args.host}:{server.server_port}"
     print(f"GenevaDrive dashboard: {url}  (Ctrl-C to stop)", flush=True)
+    if args.demo:
+        from geneva_drive.dashboard.auth import DEMO_BANNER
+
+        print(DEMO_BANNER, flush=True)
     log.info("dashboard listening on %s", url)
 
     threads: list[threading.Thread] = []
@@ -312,14 +527,16 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
     stopper = _Stopper()
     import_workflow_modules()
     db.configure()
+    transport.require_publisher("geneva-drive dispatcher")  # never a broker it was not given
     print(f"GenevaDrive dispatcher running (pid {os.getpid()}).", flush=True)
     run_dispatcher(stopper.event, interval=args.interval, housekeeping=not args.no_housekeeping)
     return 0
 
 
 def cmd_housekeeping(args: argparse.Namespace) -> int:
-    import_workflow_modules()
-    db.configure()
+    runtime()  # the workflow classes and the database (the host's under `flask geneva`)
+    # Recovered executions are published: never to a broker this process was not given.
+    transport.require_publisher("geneva-drive housekeeping")
     print(json.dumps(housekeeping.run().as_dict()), flush=True)
     return 0
 

@@ -22,11 +22,37 @@ from flask import Flask
 import geneva_drive.db
 from geneva_drive.errors import ConfigurationError
 
-__all__ = ["ConfigurationError", "check_secret_key", "for_host", "load"]
+__all__ = [
+    "ConfigurationError",
+    "check_host_secret_key",
+    "check_secret_key",
+    "for_host",
+    "load",
+]
 
 #: A key published in this repository's history: sessions signed with it are forgeable (and so
 #: is their CSRF token, which lives in the session), so it is refused like no key at all.
 DEV_SECRET_KEY = "dev-only-change-me"
+#: Keys published in documentation and examples (this project's and Flask's tutorials'): a
+#: session signed with one is forgeable by anyone who read them. Shorter ones are refused by
+#: length anyway; listed so that the message says what is wrong.
+PUBLIC_SECRET_KEYS = frozenset(
+    {
+        DEV_SECRET_KEY,
+        "change-me",
+        "changeme",
+        "shop-dev-secret",
+        "host-secret",
+        "test-secret",
+        "secret",
+        "dev",
+        "development",
+        "your-secret-key",
+        "your-secret-key-here",
+        "super-secret-key",
+        "supersecretkey",
+    }
+)
 #: Shortest secret key accepted: a key short enough to guess signs sessions anyone can forge.
 MIN_SECRET_KEY_LENGTH = 16
 HOW_TO_MAKE_A_KEY = (
@@ -45,6 +71,9 @@ DEFAULTS: dict[str, Any] = {
     #: The host application's login: a callable ``(request) -> DashboardUser | None`` or a
     #: ``"module:attribute"`` string naming one. When set it replaces the built-in login.
     "USER_LOADER": None,
+    #: ``/metrics`` without a bearer token: only when set (1/true); otherwise it needs
+    #: ``METRICS_TOKEN`` (``GENEVA_METRICS_TOKEN``) and answers 401 while none is set.
+    "METRICS_PUBLIC": False,
     #: Paths served without a login (liveness probes and Prometheus scrapes).
     "PUBLIC_PATHS": ("/healthz", "/metrics", "/static/", "/login"),
     #: Rows per page on lists (keyset pages; never an OFFSET).
@@ -120,6 +149,7 @@ def load(app: Flask, overrides: Mapping[str, Any] | None) -> None:
     app.config.from_prefixed_env("GENEVA")
     if overrides:
         app.config.update(overrides)
+    app.config["TRUSTED_HOSTS"] = trusted_hosts(app.config.get("TRUSTED_HOSTS"))
     if not app.config.get("SQLALCHEMY_DATABASE_URI"):
         # GENEVA_DATABASE_URL (also read above as DATABASE_URL), refused when unset.
         app.config["SQLALCHEMY_DATABASE_URI"] = app.config.get("DATABASE_URL") or (
@@ -127,17 +157,61 @@ def load(app: Flask, overrides: Mapping[str, Any] | None) -> None:
         )
 
 
-def secret_key_problem(key: Any) -> str | None:
-    """Why ``key`` cannot sign sessions, or None when it can."""
+def trusted_hosts(value: Any) -> list[str] | None:
+    """``GENEVA_TRUSTED_HOSTS``: the ``Host`` names the dashboard answers (Flask's
+    ``TRUSTED_HOSTS``; others get 400), as a JSON list or a comma-separated string
+    (``dash.example.com,.example.org``: a leading dot allows subdomains). Unset: any host."""
+    if value is None or value == "":
+        return None
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ConfigurationError(
+            f"GENEVA_TRUSTED_HOSTS={value!r} is not a list of host names: use e.g. "
+            "GENEVA_TRUSTED_HOSTS=dash.example.com,localhost (a leading dot allows subdomains)"
+        )
+    hosts = [item.strip() for item in items if item.strip()]
+    if not hosts:
+        raise ConfigurationError(
+            f"GENEVA_TRUSTED_HOSTS={value!r} names no host: unset it to answer any host"
+        )
+    return hosts
+
+
+def secret_key_problem(key: Any, setting: str = "GENEVA_SECRET_KEY") -> str | None:
+    """Why ``key`` cannot sign sessions, or None when it can (``setting`` names where it is
+    set: ``GENEVA_SECRET_KEY`` for the standalone dashboard, the host's ``SECRET_KEY``)."""
     if not key:
-        return "GENEVA_SECRET_KEY is not set"
+        return f"{setting} is not set"
     if not isinstance(key, str | bytes):
-        return "GENEVA_SECRET_KEY must be a string"
-    if key in (DEV_SECRET_KEY, DEV_SECRET_KEY.encode()):
-        return "GENEVA_SECRET_KEY is the public development key"
+        return f"{setting} must be a string"
+    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+    if text.strip().lower() in PUBLIC_SECRET_KEYS:
+        return f"{setting} is a published example key ({text!r}): anyone can forge its sessions"
     if len(key) < MIN_SECRET_KEY_LENGTH:
-        return f"GENEVA_SECRET_KEY is shorter than {MIN_SECRET_KEY_LENGTH} characters"
+        return f"{setting} is shorter than {MIN_SECRET_KEY_LENGTH} characters"
     return None
+
+
+HOW_TO_MAKE_A_HOST_KEY = (
+    "Set the host app's SECRET_KEY (app.config['SECRET_KEY']) to a long random value from the "
+    "environment, the same for every process, e.g. the output of: python -c 'import secrets; "
+    "print(secrets.token_urlsafe(32))'. The dashboard's sessions and CSRF tokens live in the "
+    "host's signed session: a guessable key lets anyone sign in as any user and act."
+)
+
+
+def check_host_secret_key(app: Flask) -> None:
+    """The standalone dashboard's rules for a host's key (``GenevaDrive.init_app``): refuse a
+    missing, short or published one. A host in testing mode signs its own test cookies and is
+    left alone, as the standalone app's tests are."""
+    if app.testing:
+        return
+    problem = secret_key_problem(app.config.get("SECRET_KEY"), setting="SECRET_KEY")
+    if problem is not None:
+        raise ConfigurationError(
+            f"Refusing to mount GenevaDrive on {app.import_name}: {problem}. "
+            f"{HOW_TO_MAKE_A_HOST_KEY}"
+        )
 
 
 def check_secret_key(app: Flask, *, required: bool) -> None:

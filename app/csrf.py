@@ -14,7 +14,7 @@ import hmac
 import secrets
 from urllib.parse import urlsplit
 
-from flask import abort, request, session
+from flask import abort, g, request, session
 
 #: Namespaced: mounted in a host app, the dashboard shares the host's session.
 SESSION_KEY = "geneva_drive.csrf"
@@ -36,6 +36,7 @@ def check() -> None:
     """Refuse an unsafe request without a valid token: 400 when missing, 403 when wrong."""
     if request.method in SAFE_METHODS:
         return
+    g.geneva_refusal = "csrf"  # any abort below is a CSRF refusal (audited as such)
     site = request.headers.get("Sec-Fetch-Site")
     if site is not None and site not in ("same-origin", "none"):
         abort(403, description="Cross-site request refused.")
@@ -47,6 +48,7 @@ def check() -> None:
     expected = session.get(SESSION_KEY)
     if not expected or not hmac.compare_digest(str(sent), str(expected)):
         abort(403, description="The CSRF token is invalid. Reload the page and try again.")
+    g.pop("geneva_refusal", None)
 
 
 def _same_origin(origin: str | None) -> bool:

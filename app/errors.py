@@ -11,55 +11,45 @@ import logging
 from typing import Any
 
 from flask import Blueprint, Flask
+from markupsafe import escape
 from werkzeug.exceptions import HTTPException
 
+from geneva_drive.dashboard import security
 from geneva_drive.dashboard.extensions import db
 from geneva_drive.dashboard.htmx import is_htmx
 from geneva_drive.dashboard.rendering import render_template
-from geneva_drive.errors import (
-    CursorTooLargeError,
-    DuplicateWorkflowError,
-    EngineError,
-    InvalidStateError,
-    InvalidStateTransition,
-    SignalPayloadTooLargeError,
-    StepNotDefinedError,
-    WorkflowNotOngoing,
-)
+from geneva_drive.errors import EngineError
+
+# The refusal kinds and their status live with the operator actions in the engine, where the
+# CLI uses them too.
+from geneva_drive.operator_actions import BAD_INPUT, CONFLICTS, REFUSALS, status_for
 
 log = logging.getLogger(__name__)
 
-#: The engine said no: the request was fine, the workflow is not in a state that allows it.
-CONFLICTS: tuple[type[Exception], ...] = (
-    InvalidStateError,
-    InvalidStateTransition,
-    StepNotDefinedError,
-    WorkflowNotOngoing,
-    DuplicateWorkflowError,
-)
-#: The operator's input was malformed (the engine validates it and raises these).
-BAD_INPUT: tuple[type[Exception], ...] = (
-    ValueError,
-    TypeError,
-    SignalPayloadTooLargeError,
-    CursorTooLargeError,
-)
-#: Everything an operator action may refuse with.
-REFUSALS = CONFLICTS + BAD_INPUT + (EngineError,)
+__all__ = ["BAD_INPUT", "CONFLICTS", "REFUSALS", "status_for"]
 
 
-def status_for(error: Exception) -> int:
-    """409 for engine refusals, 400 for malformed input."""
-    if isinstance(error, BAD_INPUT):
-        return 400
-    return 409
+def minimal_page(status: int, title: str, message: str) -> str:
+    """An error page built without templates, static files or the database: what is shown
+    when the error page itself cannot be rendered (an error page must never depend on the
+    thing that failed; a missing template once made every page an empty reply)."""
+    return (
+        '<!doctype html><html lang="en"><head><meta charset="utf-8">'
+        f"<title>{status} {escape(title)} · GenevaDrive</title></head>"
+        f"<body><h1>{status} {escape(title)}</h1><p>{escape(message)}</p></body></html>"
+    )
 
 
 def _render_error(status: int, title: str, message: str) -> Any:
     if is_htmx():
         # The toast script shows this text; a whole page would be swapped into a fragment.
         return message, status, {"Content-Type": "text/plain; charset=utf-8"}
-    return render_template("error.html", status=status, title=title, message=message), status
+    try:
+        page = render_template("error.html", status=status, title=title, message=message)
+    except Exception:
+        log.exception("The error page could not be rendered; answering %s without it", status)
+        page = minimal_page(status, title, message)
+    return page, status
 
 
 def register(target: Flask | Blueprint) -> None:
@@ -68,6 +58,8 @@ def register(target: Flask | Blueprint) -> None:
 
     @target.errorhandler(HTTPException)
     def _http_error(error: HTTPException) -> Any:
+        if isinstance(target, Blueprint):  # the dashboard's own pages (a host's are its own)
+            security.audit_refusal(error.code or 500, error.description or error.name)
         return _render_error(
             error.code or 500, error.name, error.description or "Something went wrong."
         )

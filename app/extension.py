@@ -21,27 +21,32 @@ signed-in user from the host (Flask-Login's ``current_user`` with ``role_for``, 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from flask import Flask, abort
 
 from geneva_drive import celery as geneva_celery
 from geneva_drive import db as engine_db
+from geneva_drive import transport
 from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
 from geneva_drive.dashboard import blueprint, config, metrics, security
-from geneva_drive.dashboard.auth import DashboardUser
+from geneva_drive.dashboard.auth import DashboardUser, resolve_callable
 from geneva_drive.dashboard.state import KEY, DashboardState
+from geneva_drive.dialects import dialect_for
 from geneva_drive.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from celery import Celery
     from flask_sqlalchemy import SQLAlchemy
+    from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
 
 UserLoader = Callable[[Any], DashboardUser | None]
 RoleFor = Callable[[Any], str | None]
+#: ``(host user) -> display name`` for the audit log and the page header.
+ActorName = Callable[[Any], str]
 
 
 def default_role_for(user: Any) -> str | None:
@@ -55,10 +60,14 @@ class FlaskLoginUsers:
 
     An anonymous visitor gets ``None`` (and so the host's login page); a signed-in host user
     whose ``role_for`` is ``None`` is refused with a 403: they are who they say, and not allowed.
+    The display name is ``actor_name(user)`` when the host gives that hook, else the user's
+    ``name`` or id; the audit log stores it under the user's stable id (``get_id()``), so a name
+    the user chose (``cli:root``) cannot pass for another actor.
     """
 
-    def __init__(self, role_for: RoleFor) -> None:
+    def __init__(self, role_for: RoleFor, actor_name: ActorName | None = None) -> None:
         self.role_for = role_for
+        self.actor_name = actor_name
 
     def __call__(self, _request: Any) -> DashboardUser | None:
         from flask_login import current_user  # optional: only hosts using Flask-Login get here
@@ -67,10 +76,14 @@ class FlaskLoginUsers:
         if user is None or not getattr(user, "is_authenticated", False):
             return None
         role = self.role_for(user)
-        name = str(getattr(user, "name", None) or user.get_id())
+        user_id = str(user.get_id())
+        if self.actor_name is not None:
+            name = str(self.actor_name(user))
+        else:
+            name = str(getattr(user, "name", None) or user_id)
         if role is None:
             abort(403, description=f"{name} may not use the workflow dashboard.")
-        return DashboardUser(name, role)
+        return DashboardUser(name, role, user_id=user_id)
 
 
 def flask_login_url(app: Flask) -> Callable[[str], str | None] | None:
@@ -98,12 +111,13 @@ def normalized_prefix(value: Any) -> str:
 
 def adopt_engine(sa_engine: Any, flask_config: Mapping[str, Any]) -> None:
     """Point the engine at the app's database engine, with the engine's connection settings."""
-    if sa_engine.dialect.name == "sqlite":
-        # WAL and busy_timeout, as the engine's own connections get: operator actions take
-        # the write lock (BEGIN IMMEDIATE) and must wait for a worker's commit, not fail.
-        engine_db.install_sqlite_pragmas(sa_engine)
-        sa_engine.dispose()
-    elif "pool_pre_ping" not in flask_config.get("SQLALCHEMY_ENGINE_OPTIONS", {}):
+    dialect = dialect_for(sa_engine)
+    # SQLite: WAL and busy_timeout, as the engine's own connections get: operator actions
+    # take the write lock (BEGIN IMMEDIATE) and must wait for a worker's commit, not fail.
+    dialect.adopt(sa_engine)
+    if dialect.idle_ping and "pool_pre_ping" not in flask_config.get(
+        "SQLALCHEMY_ENGINE_OPTIONS", {}
+    ):
         # The engine's liveness check (engine/db.py): a connection that sat idle is tested
         # before a request (or a step of a worker) uses it.
         engine_db.install_idle_ping(sa_engine, engine_db.pool_ping_after())
@@ -124,6 +138,31 @@ def _warn_without_autogenerate_filter(app: Flask) -> None:
     )
 
 
+def register_cli(app: Flask) -> None:
+    """``flask geneva …``: the ``geneva-drive`` commands that make sense in a host (workflows,
+    signal, housekeeping, …) on the host's database session and, through the engine's
+    transport, the Celery app given to ``init_app`` (see :mod:`geneva_drive.dashboard.cli`)."""
+    from contextlib import contextmanager
+
+    from geneva_drive.dashboard.cli import register_flask_commands
+    from geneva_drive.dashboard.operator_cli import Runtime
+
+    def host_runtime() -> Runtime:
+        state = app.extensions[KEY]
+
+        @contextmanager
+        def session_scope() -> Iterator[Session]:
+            try:
+                yield state.db.session()
+            finally:
+                state.db.session.remove()
+
+        # The host imported its workflow classes at init_app: a class missing here is gone.
+        return Runtime(session_scope, int(state.config["BULK_CAP"]), classes_loaded=True)
+
+    register_flask_commands(app, host_runtime)
+
+
 class GenevaDrive:
     """The Flask extension. ``GenevaDrive(app, db=db)`` or ``GenevaDrive().init_app(app, db=db)``."""
 
@@ -136,12 +175,14 @@ class GenevaDrive:
         user_loader: UserLoader | None = None,
         role_for: RoleFor | None = None,
         celery: Celery | None = None,
+        actor_name: ActorName | None = None,
     ) -> None:
         self.db = db
         self.url_prefix = url_prefix
         self.user_loader = user_loader
         self.role_for = role_for
         self.celery = celery
+        self.actor_name = actor_name
         if app is not None:
             self.init_app(app)
 
@@ -154,6 +195,7 @@ class GenevaDrive:
         user_loader: UserLoader | None = None,
         role_for: RoleFor | None = None,
         celery: Celery | None = None,
+        actor_name: ActorName | None = None,
     ) -> None:
         db = db or self.db
         if db is None:
@@ -161,6 +203,9 @@ class GenevaDrive:
                 "GenevaDrive.init_app(app, db=db) needs the host's Flask-SQLAlchemy instance: "
                 "the engine's tables live in that database and its sessions are reused"
             )
+        # Sessions (the dashboard's user and CSRF token) are the host's signed cookie: a weak
+        # host key opens the dashboard as surely as a weak standalone one.
+        config.check_host_secret_key(app)
         settings = config.for_host(app)
         prefix = normalized_prefix(url_prefix or self.url_prefix or settings["URL_PREFIX"])
         import_workflow_modules(workflow_module_names(settings.get("WORKFLOW_MODULES")))
@@ -168,7 +213,13 @@ class GenevaDrive:
         loader: UserLoader | None = user_loader or self.user_loader
         login_url = None
         if loader is None and settings.get("USER_LOADER") is None and hasattr(app, "login_manager"):
-            loader = FlaskLoginUsers(role_for or self.role_for or default_role_for)
+            # GENEVA_ACTOR_NAME: a callable or "module:attribute" (as USER_LOADER is).
+            namer = (
+                actor_name
+                or self.actor_name
+                or resolve_callable(settings.get("ACTOR_NAME"), "ACTOR_NAME")
+            )
+            loader = FlaskLoginUsers(role_for or self.role_for or default_role_for, namer)
             login_url = flask_login_url(app)
 
         app.extensions[KEY] = DashboardState(
@@ -189,3 +240,8 @@ class GenevaDrive:
         target = celery or self.celery
         if target is not None:
             geneva_celery.register(target)
+        else:
+            # The dashboard's actions and the host's own create()/signal() publish step
+            # messages: without the host's Celery app that needs GENEVA_BROKER_URL (SPEC §6.6).
+            transport.require_publisher("GenevaDrive.init_app(app) without celery=")
+        register_cli(app)

@@ -6,43 +6,60 @@
     geneva-drive workflows show ID [--json]
     geneva-drive workflows pause|resume|skip|cancel|reattempt [ID ...] [filters] [--dry-run] [--json]
     geneva-drive workflows resume-at STEP [ID ...] [filters] [--dry-run] [--json]
-    geneva-drive signal NAME [ID ...] [filters] [--payload JSON] [--idempotency-key K] [--dry-run]
+    geneva-drive signal NAME [ID ...] [filters] [--payload JSON] [--idempotency-key K]
+                        [--waiting-only] [--dry-run]
 
 Filters are the list page's query parameters (``--class``, ``--state``, ``--hero-type``,
 ``--hero-id``, ``--step``, ``--error``, ``--due``, ``--stranded``). One implementation with the
-dashboard: the selection is :mod:`geneva_drive.dashboard.queries`, the action and its audit
-row are :mod:`geneva_drive.dashboard.operator_actions` (actor ``cli:<user>``), the cap is the
-dashboard's ``BULK_CAP``. ``--dry-run`` prints the preview and changes nothing. An engine
-refusal, an unknown id or a selection over the cap exits 1 with the message on stderr;
-nothing partial is written for the refused workflow.
+dashboard: the selection is :mod:`geneva_drive.dashboard.queries`, the action, its refusals, its
+preview and its audit row are :mod:`geneva_drive.operator_actions`, the cap is the dashboard's
+``BULK_CAP``. ``--dry-run`` prints the preview (what will be done, what will not be done and
+why) and changes nothing. An engine refusal, an unknown id or step, or a selection over the cap
+exits 1 with the message on stderr; nothing partial is written for the refused workflow.
 
-The lead wires :func:`add_parsers` into the ``geneva-drive`` parser; each parser sets
-``func`` (and ``handler``, the name ``engine/cli.py`` dispatches on) to a function taking the
-parsed arguments and returning the exit code.
+No Flask: these commands import neither Flask nor the dashboard's app. They run in a
+:class:`Runtime`: ``geneva-drive`` builds its own from the engine's settings
+(``GENEVA_DATABASE_URL``, or the embedded default file ``geneva-drive up`` uses; the engine's
+Celery client on ``GENEVA_BROKER_URL``), and a host's ``flask geneva …`` passes the host's
+database session and Celery app (:func:`geneva_drive.dashboard.cli.register_flask_commands`).
+
+The audit actor is ``cli:<OS user>`` from the process's effective uid (not ``$USER`` or
+``$LOGNAME``, which the caller sets); ``--actor NAME`` is recorded beside it, as
+``cli:<OS user> as NAME``, so a name given on the command line cannot pose as someone else.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import getpass
 import json
 import os
+import pwd
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
+from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
 
-from flask import current_app
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
-from geneva_drive.dashboard import create_app, operator_actions, presenters, queries
-from geneva_drive.dashboard.extensions import db
+from geneva_drive import db, operator_actions, transport
+from geneva_drive.bootstrap import import_workflow_modules
+from geneva_drive.config import process_variable
+from geneva_drive.dashboard import presenters, queries
 from geneva_drive.dashboard.queries import WorkflowFilters
-from geneva_drive.workflow import Workflow
+from geneva_drive.errors import ConfigurationError
+from geneva_drive.workflow import Workflow, workflow_class
 
 #: Exit code of a refusal, an unknown workflow, bad input or a selection over the cap.
 REFUSED = 1
+#: The dashboard's default ``BULK_CAP`` (app/config.py), for a command run without the app.
+DEFAULT_BULK_CAP = 1000
+#: What a row says instead of "stranded" when this process cannot know: a paused workflow whose
+#: class is not loaded may be stranded on a removed step, or its module was never imported.
+UNKNOWN_CLASS = "unknown (set GENEVA_WORKFLOW_MODULES)"
 
 ACTIONS = {
     "pause": "Pause",
@@ -58,8 +75,87 @@ class Refusal(Exception):
     """Stops a command with a message for the operator (exit 1, nothing changed)."""
 
 
+# --- where the commands run ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Runtime:
+    """What a command needs from its process: a session on the workflow database, the bulk
+    cap, and whether the workflow classes are loaded. Messages go out through the engine's
+    transport (the engine's Celery client, or the host's Celery app once registered)."""
+
+    session_scope: Callable[[], AbstractContextManager[Session]]
+    bulk_cap: int = DEFAULT_BULK_CAP
+    #: False when no workflow module was named: a class not registered here may still exist.
+    classes_loaded: bool = True
+    #: Said on stderr before the output (e.g. which database file a default picked).
+    notice: str = ""
+
+
+def standalone_runtime() -> Runtime:
+    """The ``geneva-drive`` command's own runtime, from the engine's settings alone."""
+    modules = import_workflow_modules()
+    url, notice = database_url()
+    db.configure(url)
+
+    @contextmanager
+    def session_scope() -> Iterator[Session]:
+        session = db.new_session()
+        try:
+            yield session
+        finally:
+            session.close()
+
+    return Runtime(session_scope, _bulk_cap(), classes_loaded=bool(modules), notice=notice)
+
+
+def database_url() -> tuple[str, str]:
+    """``GENEVA_DATABASE_URL``, or the embedded default file that ``geneva-drive up`` uses in
+    this directory (``./var/geneva_drive.sqlite3``) when it exists, with a notice naming it."""
+    if process_variable("GENEVA_DATABASE_URL"):
+        return db.database_url(), ""
+    path = Path.cwd() / db.EMBEDDED_DATABASE_PATH
+    if path.is_file():
+        notice = (
+            f"GENEVA_DATABASE_URL is not set: using the embedded default {path} "
+            "(the file `geneva-drive up` uses in this directory)."
+        )
+        return f"sqlite:///{path}", notice
+    try:
+        return db.database_url(), ""
+    except ConfigurationError as error:
+        raise ConfigurationError(
+            f"{error} No embedded default file at {path} either (run the command where "
+            "`geneva-drive up` runs, or set GENEVA_DATABASE_URL)."
+        ) from None
+
+
+def _bulk_cap() -> int:
+    raw = process_variable("GENEVA_BULK_CAP")
+    if not raw:
+        return DEFAULT_BULK_CAP
+    try:
+        cap = int(raw)
+    except ValueError:
+        cap = 0
+    if cap < 1:
+        raise ConfigurationError(f"GENEVA_BULK_CAP={raw!r} is not a positive whole number.")
+    return cap
+
+
+#: The runtime factory of the command being run: ``flask geneva`` sets the host's.
+RUNTIME: ContextVar[Callable[[], Runtime]] = ContextVar(
+    "geneva_cli_runtime", default=standalone_runtime
+)
+
+
 def add_parsers(subparsers: Any) -> None:
     """Add ``workflows`` and ``signal`` to the ``geneva-drive`` subcommands."""
+    add_workflows_parser(subparsers)
+    add_signal_parser(subparsers)
+
+
+def add_workflows_parser(subparsers: Any) -> None:
     workflows = subparsers.add_parser(
         "workflows", help="list, show and act on workflows (the dashboard's operator actions)"
     )
@@ -89,10 +185,18 @@ def add_parsers(subparsers: Any) -> None:
     _selection_arguments(resume_at)
     _set(resume_at, _action_command("resume_at"))
 
+
+def add_signal_parser(subparsers: Any) -> None:
     signal = subparsers.add_parser("signal", help="deliver signal NAME to workflows")
     signal.add_argument("name", metavar="NAME")
     signal.add_argument("--payload", default="", help="JSON (default {})")
     signal.add_argument("--idempotency-key", default=None)
+    signal.add_argument(
+        "--waiting-only",
+        action="store_true",
+        help="deliver only to workflows parked waiting for NAME, refuse the others "
+        "(the inbox's bulk deliver); without it a signal is stored until a step waits for it",
+    )
     _selection_arguments(signal)
     _set(signal, _action_command("signal"))
 
@@ -123,35 +227,46 @@ def _selection_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--dry-run", action="store_true", help="print what would change; change nothing"
     )
+    parser.add_argument(
+        "--actor",
+        default=None,
+        metavar="NAME",
+        help='who is acting, recorded beside the OS user ("cli:<user> as NAME")',
+    )
     _json_argument(parser)
 
 
 # --- plumbing ------------------------------------------------------------------------------------
 
 
-def actor() -> str:
-    """The audit actor: ``cli:`` and the operating-system user running the command."""
+#: Longest ``--actor`` name kept (the audit column holds 255 characters in all).
+ACTOR_NAME_LIMIT = 100
+
+
+def os_user() -> str:
+    """The operating-system user of the process's effective uid, from the password database:
+    ``$USER`` and ``$LOGNAME`` are set by whoever starts the command, so they prove nothing."""
+    uid = os.geteuid()
     try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry and no LOGNAME/USER (a bare container)
-        user = f"uid{os.getuid()}"
-    return f"cli:{user}"
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:  # no passwd entry (a bare container): the uid is still who it is
+        return f"uid{uid}"
 
 
-@contextmanager
-def _dashboard() -> Iterator[Any]:
-    """The dashboard app's context on the configured database (``GENEVA_DATABASE_URL``)."""
-    # No session is signed here: the command needs no secret key.
-    app = create_app(require_secret_key=False)
-    with app.app_context():
-        try:
-            yield app
-        finally:
-            db.session.remove()
+def actor(name: str | None = None) -> str:
+    """The audit actor: ``cli:<OS user>``, and ``cli:<OS user> as NAME`` with ``--actor``."""
+    who = f"cli:{os_user()}"
+    if name is None:
+        return who
+    cleaned = " ".join(name.split())  # no newlines or tabs in an audit row's actor
+    if not cleaned:
+        raise Refusal("--actor needs a name (or leave it out to act as the OS user).")
+    if len(cleaned) > ACTOR_NAME_LIMIT:
+        raise Refusal(f"--actor is longer than {ACTOR_NAME_LIMIT} characters.")
+    return f"{who} as {cleaned}"
 
 
 def _filters(args: argparse.Namespace) -> Any:
-
     values = {name: getattr(args, "cls" if name == "class" else name, "") for name in FILTERS}
     return WorkflowFilters.from_args(values)
 
@@ -163,78 +278,123 @@ def _print_json(value: Any) -> None:
 def _fail(message: str, as_json: bool) -> int:
     if as_json:
         _print_json({"ok": False, "error": message})
+    sys.stdout.flush()
     print(f"geneva-drive: {message}", file=sys.stderr)
     return REFUSED
 
 
-def _run(args: argparse.Namespace, body: Callable[[], int]) -> int:
+def _note(text: str) -> None:
+    """A line for the operator on stderr, after what stdout already holds (same order as in a
+    terminal when both go to one pipe)."""
+    sys.stdout.flush()
+    print(text, file=sys.stderr, flush=True)
+
+
+def _run(args: argparse.Namespace, body: Callable[[Runtime, Session], int]) -> int:
     try:
-        with _dashboard():
-            return body()
+        runtime = RUNTIME.get()()
+        if runtime.notice:
+            _note(f"geneva-drive: {runtime.notice}")
+        with runtime.session_scope() as session:
+            return body(runtime, session)
     except Refusal as exc:
         return _fail(str(exc), bool(getattr(args, "json", False)))
+
+
+def _class_unknown(runtime: Runtime, type_name: str) -> bool:
+    """This process cannot tell the class's steps: no module named, and it is not registered."""
+    return not runtime.classes_loaded and workflow_class(type_name) is None
+
+
+def _why(runtime: Runtime, row: Any) -> str:
+    """The why line; for a class this process cannot see, not the guess "stranded"."""
+    if _class_unknown(runtime, row.workflow_class) and row.why.startswith("stranded"):
+        return f"{UNKNOWN_CLASS}: {row.workflow_class} is not loaded here"
+    return str(row.why)
+
+
+def _badge_labels(runtime: Runtime, row: Any) -> list[str]:
+    labels = [b.label for b in row.badges]
+    if _class_unknown(runtime, row.workflow_class):
+        labels = [UNKNOWN_CLASS if label == "stranded" else label for label in labels]
+    return labels
 
 
 # --- list and show -------------------------------------------------------------------------------
 
 
-def _row_dict(row: Any) -> dict[str, Any]:
+def _row_dict(runtime: Runtime, row: Any) -> dict[str, Any]:
     return {
         "id": row.id,
         "class": row.workflow_class,
         "hero_type": row.hero_type,
         "hero_id": row.hero_id,
         "state": row.state,
-        "badges": [b.label for b in row.badges],
+        "badges": _badge_labels(runtime, row),
         "next_step": row.next_step,
-        "why": row.why,
+        "why": _why(runtime, row),
         "updated_at": row.updated_at,
     }
 
 
-def cmd_list(args: argparse.Namespace) -> int:
-    def body() -> int:
+def _refuse_unknown_stranded(runtime: Runtime, args: argparse.Namespace) -> None:
+    if args.stranded and not runtime.classes_loaded:
+        raise Refusal(
+            f"--stranded {args.stranded} needs the workflow classes to know which steps are "
+            "gone: set GENEVA_WORKFLOW_MODULES to the modules that define them."
+        )
 
+
+def cmd_list(args: argparse.Namespace) -> int:
+    def body(runtime: Runtime, session: Session) -> int:
         if args.limit < 1:
             raise Refusal("--limit must be at least 1.")
-        session = db.session()
+        _refuse_unknown_stranded(runtime, args)
         stmt = queries.filtered_workflows(_filters(args))
         page = queries.keyset_page(session, stmt, Workflow.id, after=args.after, limit=args.limit)
         rows = presenters.workflow_rows(session, page.items)
         if args.json:
-            _print_json({"workflows": [_row_dict(r) for r in rows], "older": page.older})
+            _print_json({"workflows": [_row_dict(runtime, r) for r in rows], "older": page.older})
             return 0
         for r in rows:
-            badges = ",".join(b.label for b in r.badges)
-            print(f"#{r.id}\t{r.workflow_class}\t{badges}\t{r.next_step or '-'}\t{r.why}")
+            badges = ",".join(_badge_labels(runtime, r))
+            print(
+                f"#{r.id}\t{r.workflow_class}\t{badges}\t{r.next_step or '-'}\t{_why(runtime, r)}"
+            )
         if not rows:
-            print("No workflows match.", file=sys.stderr)
+            _note("No workflows match.")
         if page.older:
-            print(f"More: --after {page.older}", file=sys.stderr)
+            # A blank line apart from the rows: the cursor is an instruction, not a row.
+            _note(f"\nMore: --after {page.older}")
         return 0
 
     return _run(args, body)
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    def body() -> int:
-
-        session = db.session()
+    def body(runtime: Runtime, session: Session) -> int:
         workflow = session.get(Workflow, args.id)
         if workflow is None:
             raise Refusal(f"Workflow #{args.id} does not exist.")
         detail = presenters.workflow_detail(session, workflow, None)
+        unknown = _class_unknown(runtime, workflow.type)
         if args.json:
             data = dataclasses.asdict(detail)
             data.pop("actions", None)
+            data["row"]["badges"] = _badge_labels(runtime, detail.row)
+            data["row"]["why"] = _why(runtime, detail.row)
+            data["class_loaded"] = not unknown
             _print_json(data)
             return 0
         row = detail.row
-        print(f"{row.workflow_class} #{row.id}  {', '.join(b.label for b in row.badges)}")
-        print(f"  why:   {row.why}")
+        print(f"{row.workflow_class} #{row.id}  {', '.join(_badge_labels(runtime, row))}")
+        print(f"  why:   {_why(runtime, row)}")
         print(f"  hero:  {row.hero_type or '-'} {row.hero_id or ''}".rstrip())
         print(f"  next:  {row.next_step or '-'}")
-        print("  plan:  " + "  ".join(f"{s.name} [{s.status}]" for s in detail.plan))
+        if unknown:
+            print(f"  plan:  {UNKNOWN_CLASS}: {row.workflow_class} is not loaded here")
+        else:
+            print("  plan:  " + "  ".join(f"{s.name} [{s.status}]" for s in detail.plan))
         print("  timeline:")
         for entry in detail.timeline:
             print(f"    {entry.at:%Y-%m-%d %H:%M:%S} {_timeline_text(entry)}")
@@ -258,15 +418,14 @@ def _timeline_text(entry: Any) -> str:
 # --- actions -------------------------------------------------------------------------------------
 
 
-def _selection(args: argparse.Namespace) -> list[int]:
+def _selection(runtime: Runtime, session: Session, args: argparse.Namespace) -> list[int]:
     """The ids to act on: the ones named (each must exist), or the filter's (within the cap)."""
-
     filters = _filters(args)
     if args.ids and not filters.is_empty:
         raise Refusal("Give workflow ids or filters, not both.")
     if args.ids:
         ids = sorted(set(args.ids), reverse=True)
-        found = set(db.session.scalars(select(Workflow.id).where(Workflow.id.in_(ids))))
+        found = set(session.scalars(select(Workflow.id).where(Workflow.id.in_(ids))))
         missing = [i for i in ids if i not in found]
         if missing:
             listed = ", ".join(f"#{i}" for i in missing)
@@ -277,8 +436,9 @@ def _selection(args: argparse.Namespace) -> list[int]:
             "Name the workflows: give their ids, or filters (--class, --state, --step, …) "
             "to act on every workflow that matches."
         )
-    cap = int(current_app.config["BULK_CAP"])
-    ids = queries.capped_ids(db.session(), filters, cap)
+    _refuse_unknown_stranded(runtime, args)
+    cap = runtime.bulk_cap
+    ids = queries.capped_ids(session, filters, cap)
     if len(ids) > cap:
         raise Refusal(
             f"More than {cap:,} workflows match; narrow the filters (the bulk cap is "
@@ -288,7 +448,6 @@ def _selection(args: argparse.Namespace) -> list[int]:
 
 
 def _params(action: str, args: argparse.Namespace) -> dict[str, Any]:
-
     if action == "resume_at":
         return {"step": args.target_step}
     if action == "signal":
@@ -296,7 +455,10 @@ def _params(action: str, args: argparse.Namespace) -> dict[str, Any]:
             payload = operator_actions.parse_payload(args.payload)
         except ValueError as exc:
             raise Refusal(str(exc).replace("Payload (JSON)", "--payload")) from None
-        return {"name": args.name, "payload": payload, "idempotency_key": args.idempotency_key}
+        params = {"name": args.name, "payload": payload, "idempotency_key": args.idempotency_key}
+        if args.waiting_only:
+            params[operator_actions.WAITING_ONLY] = True
+        return params
     return {}
 
 
@@ -308,37 +470,90 @@ def _label(action: str, args: argparse.Namespace) -> str:
     return ACTIONS[action]
 
 
+def _check_target_step(runtime: Runtime, session: Session, ids: list[int], step: str) -> None:
+    """``resume-at STEP``: every selected workflow's class must run STEP, else the command is a
+    typo, refused whole before anything changes, naming the steps there are."""
+    types = set(session.scalars(select(Workflow.type).where(Workflow.id.in_(ids)).distinct()))
+    for type_name in sorted(types):
+        cls = workflow_class(type_name)
+        if cls is None:
+            if not runtime.classes_loaded:
+                raise Refusal(
+                    f"Cannot check step `{step}`: {type_name} is not loaded here; set "
+                    "GENEVA_WORKFLOW_MODULES to the modules that define the workflow classes. "
+                    "Nothing was changed."
+                )
+            continue  # a class that is gone: the engine refuses each, naming the way out
+        definition = cls.steps.named(step)
+        if definition is None or definition.removed:
+            steps = ", ".join(s.name for s in cls.steps.runnable) or "(none)"
+            raise Refusal(
+                f"Unknown step `{step}`: {type_name} cannot be resumed at it. Its steps are "
+                f"{steps}; run resume-at with one of them. Nothing was changed."
+            )
+
+
 def _action_command(action: str) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
-        return _run(args, lambda: _act(action, args))
+        if not args.dry_run:
+            # An action schedules steps, whose messages go to the broker: never to one this
+            # process was not given (SPEC §6.6). A dry run publishes nothing.
+            verb = "signal" if action == "signal" else f"workflows {action.replace('_', '-')}"
+            transport.require_publisher(f"geneva-drive {verb}")
+        return _run(args, lambda runtime, session: _act(runtime, session, action, args))
 
     command.__name__ = f"cmd_{action}"
     return command
 
 
-def _act(action: str, args: argparse.Namespace) -> int:
+def _preview(
+    session: Session, action: str, args: argparse.Namespace, ids: list[int], params: Any
+) -> int:
+    preview = operator_actions.preview_bulk(session, ids, action, params)
+    if args.json:
+        _print_json(
+            {
+                "action": action,
+                "dry_run": bool(args.dry_run),
+                "count": len(preview.eligible),
+                "ids": preview.eligible,
+                "refused": preview.refused,
+                "refused_count": preview.refused_count,
+                "gone": preview.gone,
+            }
+        )
+        return 0
+    noun = "workflow" if len(preview.eligible) == 1 else "workflows"
+    text = f"{_label(action, args)}: {len(preview.eligible):,} {noun} would be changed"
+    if preview.not_done:
+        # not_done counts refused and gone rows alike: "refused" would miscount the gone.
+        text += f", {preview.not_done:,} would not be done ({'; '.join(preview.reasons())})"
+    # Without --dry-run this preview is shown only when nothing matched: no "dry run" then.
+    print(text + (" (dry run; nothing changed)." if args.dry_run else " (nothing changed)."))
+    if preview.eligible:
+        print(" ".join(f"#{i}" for i in preview.eligible))
+    if preview.refused:
+        print("refused: " + " ".join(f"#{i}" for i in preview.refused_ids))
+    return 0
 
-    ids = _selection(args)
+
+def _act(runtime: Runtime, session: Session, action: str, args: argparse.Namespace) -> int:
+    who = actor(args.actor)
+    ids = _selection(runtime, session, args)
     params = _params(action, args)
     label = _label(action, args)
+    if action == "resume_at" and ids:
+        _check_target_step(runtime, session, ids, args.target_step)
     if args.dry_run or not ids:
-        noun = "workflow" if len(ids) == 1 else "workflows"
-        preview = f"{label}: {len(ids)} {noun} would be changed (dry run; nothing changed)."
-        if args.json:
-            _print_json({"action": action, "dry_run": True, "count": len(ids), "ids": ids})
-        else:
-            print(preview)
-            if ids:
-                print(" ".join(f"#{i}" for i in ids))
-        return 0
-    who = actor()
+        return _preview(session, action, args, ids, params)
     if len(ids) == 1:
-        result = operator_actions.perform(who, ids[0], action, params)
+        result = operator_actions.perform(session, who, ids[0], action, params)
         outcome: dict[str, Any] = {
             "action": action,
             "count": 1,
             "done": int(result.ok),
-            "refused": int(not result.ok),
+            "refused": int(result.outcome == "refused"),
+            "gone": int(result.gone),
             "messages": [f"#{ids[0]}: {result.message}"],
             "batch": None,
         }
@@ -347,26 +562,38 @@ def _act(action: str, args: argparse.Namespace) -> int:
         if args.ids:
             selection["ids"] = ids[:100]
         selection["filters"] = _filters(args).as_params()
-        bulk = operator_actions.perform_bulk(who, ids, action, params, selection)
+        bulk = operator_actions.perform_bulk(session, who, ids, action, params, selection)
         outcome = {
             "action": action,
             "count": len(ids),
             "done": bulk.done,
             "refused": bulk.refused,
+            "gone": bulk.gone,
             "messages": bulk.messages,
             "batch": bulk.audit_id,
         }
-    outcome["ok"] = outcome["refused"] == 0
-    if args.json:
+    return report_outcome(label, outcome, as_json=args.json)
+
+
+def report_outcome(label: str, outcome: dict[str, Any], *, as_json: bool) -> int:
+    """Print what an action did; exit 0 only when it did it to every workflow named. A
+    workflow deleted meanwhile ("gone") was not done either, so it is not ok."""
+    outcome["ok"] = outcome["refused"] == 0 and outcome["gone"] == 0
+    if as_json:
         _print_json(outcome)
     else:
-        refused = f", {outcome['refused']} refused" if outcome["refused"] else ""
-        summary = f"{label}: {outcome['done']} done{refused}."
+        summary = f"{label}: {outcome['done']} done"
+        if outcome["refused"]:
+            summary += f", {outcome['refused']} refused"
+        if outcome["gone"]:
+            summary += f", {outcome['gone']} no longer exist"
+        summary += "."
         if outcome["ok"]:
             for line in outcome["messages"]:
                 print(line)
             print(summary)
         else:
+            sys.stdout.flush()
             for line in outcome["messages"]:
                 print(line, file=sys.stderr)
             print(summary, file=sys.stderr)

@@ -11,22 +11,31 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from geneva_drive import lateness, states
+from geneva_drive import children, lateness, states
 from geneva_drive.dashboard import queries
-from geneva_drive.dashboard.auth import DashboardUser
 from geneva_drive.dashboard.formatting import duration
 from geneva_drive.dashboard.queries import is_stranded_step
 from geneva_drive.explain import why_waiting_many
 from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
 from geneva_drive.signal_matcher import matcher_name
-from geneva_drive.states import BULK_OPERATIONS, CURRENT_STEP_STATES, Operation, StepState
+from geneva_drive.states import (
+    BULK_OPERATIONS,
+    CURRENT_STEP_STATES,
+    Operation,
+    StepState,
+    WorkflowState,
+)
 from geneva_drive.steps import StepDefinition
 from geneva_drive.workflow import Workflow, workflow_class
+
+if TYPE_CHECKING:
+    # Only a type here: the CLI presents workflows in a process without Flask.
+    from geneva_drive.dashboard.auth import DashboardUser
 
 #: The visible label of each operator action (DASHBOARD.md, exact text).
 ACTION_LABELS: dict[str, str] = {
@@ -83,6 +92,37 @@ def bulk_confirm_label(action: str, count: int, step: str = "", *, background: b
     else:
         what = f"{count:,} workflow{'' if count == 1 else 's'}"
     return f"{verb} {what} at {step}" if action == "resume_at" else f"{verb} {what}"
+
+
+#: The signal inbox's bulk deliver: its button, and "N workflows will …" (the engine's
+#: ``signal`` action with ``waiting_only``; not on the workflow list's bulk bar).
+SIGNAL_BULK_LABEL = ("Send signal to selected", "sent")
+
+
+def signal_confirm_label(name: str, count: int) -> str:
+    """The inbox's bulk confirm button: "Send payment_confirmed to 5 workflows"."""
+    return f"Send {name} to {count:,} workflow{'' if count == 1 else 's'}"
+
+
+#: Above this many workflows a bulk confirm asks for the count to be typed (DASHBOARD.md).
+TYPED_CONFIRM_OVER = 100
+
+
+def typed_confirmation(count: int, *, background: bool) -> str | None:
+    """What the operator must type to confirm a bulk action, or None (100 rows or fewer).
+
+    The count itself ("204"); "all" for a background action over the whole filter, whose
+    count is not known up front. Enter-Enter on a big action then does nothing.
+    """
+    if background:
+        return "all"
+    return str(count) if count > TYPED_CONFIRM_OVER else None
+
+
+def typed_matches(typed: str, expected: str) -> bool:
+    """The typed confirmation, forgiving thousands separators and spaces ("1,204" = "1204")."""
+    cleaned = "".join(c for c in typed if c not in " ,._'").lower()
+    return cleaned == expected
 
 
 #: A start later than this after ``scheduled_for`` is shown as a late start.
@@ -182,6 +222,13 @@ def _badges(workflow: Workflow, current: StepExecution | None, now: datetime) ->
     return badges
 
 
+def _why(workflow: Workflow, why: str) -> str:
+    """The why line, unless it only repeats the state badge beside it ("finished" twice)."""
+    if why == workflow.state and not workflow.is_ongoing:
+        return "nothing left to run"
+    return why
+
+
 def workflow_rows(session: Session, workflows: Iterable[Workflow]) -> list[WorkflowRow]:
     """List rows; the current executions of the whole page come from one query."""
     workflows = list(workflows)
@@ -198,7 +245,7 @@ def workflow_rows(session: Session, workflows: Iterable[Workflow]) -> list[Workf
             state=w.state,
             badges=_badges(w, currents.get(w.id), now),
             next_step=w.next_step_name,
-            why=whys[w.id],
+            why=_why(w, whys[w.id]),
             updated_at=w.updated_at,
             created_at=w.created_at,
         )
@@ -243,6 +290,10 @@ class ExecutionView:
     late_by: timedelta | None
     waiting_since: datetime | None
     waiting_too_long: bool
+    #: The deadline of a parked execution with a time-out (SPEC §6.1), else None.
+    timeout_at: datetime | None
+    #: When its wait timed out (outcome timed_out), else None.
+    timed_out_at: datetime | None
     error_class: str | None
     error_message: str | None
     error_backtrace: str | None
@@ -324,6 +375,16 @@ class WorkflowDetail:
     notice: str | None = None
     #: The signal the current step waits for: the send-signal form's Name starts with it.
     awaited_signal: str | None = None
+    #: The step a paused workflow is stranded on (its class no longer defines it), else None.
+    stranded_on: str | None = None
+    #: ``?before=`` of the timeline's next older page (None: the oldest is shown).
+    timeline_older: int | None = None
+    #: The ``?before=`` this timeline page was asked for (None: the newest page).
+    timeline_before: int | None = None
+    #: "7 of 10 finished, 1 paused, 2 running": its child workflows (None without any).
+    children: str | None = None
+    #: The workflow whose step started this one (SPEC §6.3), else None.
+    parent_id: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -374,6 +435,8 @@ def execution_view(execution: StepExecution, attempt: int, now: datetime) -> Exe
         late_by=late_by,
         waiting_since=execution.waiting_since,
         waiting_too_long=waiting_too_long,
+        timeout_at=execution.timeout_at if execution.state == StepState.WAITING else None,
+        timed_out_at=execution.timed_out_at,
         error_class=execution.error_class_name,
         error_message=execution.error_message,
         error_backtrace=execution.error_backtrace,
@@ -405,7 +468,9 @@ def action_view(action: OperatorAction) -> ActionView:
     name = action.action
     base = name.removeprefix("bulk_")
     label = ACTION_LABELS.get(base, base)
-    if name.startswith("bulk_"):
+    if name == f"bulk_{Operation.SIGNAL}":
+        label = SIGNAL_BULK_LABEL[0]
+    elif name.startswith("bulk_"):
         label = BULK_ACTIONS.get(base, (label, ""))[0]
     return ActionView(
         id=action.id,
@@ -492,6 +557,8 @@ def step_options(definition: StepDefinition) -> list[str]:
         options.append(f"wait {duration(definition.wait)}")
     if definition.wait_for is not None:
         options.append(f"wait_for {matcher_name(definition.wait_for) or definition.wait_for}")
+    if definition.timeout is not None and definition.on_timeout is not None:
+        options.append(f"timeout {duration(definition.timeout)} then {definition.on_timeout}")
     if definition.skip_if is not None:
         options.append(f"skip_if {getattr(definition.skip_if, '__name__', definition.skip_if)}")
     if definition.on_exception_action:
@@ -508,6 +575,12 @@ def step_options(definition: StepDefinition) -> list[str]:
         options.append(f"after {definition.after_step}")
     if definition.job_options:
         options.append("job_options " + json.dumps(definition.job_options, default=str))
+    if definition.concurrency_limit is not None:
+        limit = definition.concurrency_limit
+        options.append(f"concurrency_limit {limit.name} {limit.limit} at once")
+    if definition.rate_limit is not None:
+        rate = definition.rate_limit
+        options.append(f"rate_limit {rate.name} {rate.limit} per {duration(rate.window)}")
     return options
 
 
@@ -562,13 +635,34 @@ def _advance(start: Any, execution: StepExecution) -> float | None:
 
 
 def workflow_detail(
-    session: Session, workflow: Workflow, user: DashboardUser | None
+    session: Session, workflow: Workflow, user: DashboardUser | None, before: int | None = None
 ) -> WorkflowDetail:
     now = utcnow()
-    executions = queries.executions_of(session, workflow.id)
+    # The timeline shows one page of executions (the newest, or those before ``before``) with
+    # the signals and actions of its time range; the plan, the stranded step and the awaited
+    # signal need only the newest execution of each step, whatever the page.
+    page = queries.execution_page(session, workflow.id, before)
+    executions = sorted(
+        queries.latest_per_step(session, workflow.id), key=lambda e: (e.created_at, e.id)
+    )
     signals = queries.signals_of(session, workflow.id)
-    actions = queries.actions_of(session, workflow.id)
+    shown_signals = [
+        s
+        for s in signals
+        if (page.since is None or s.created_at >= page.since)
+        and (page.until is None or s.created_at < page.until)
+    ]
+    actions = queries.actions_of(session, workflow.id, page.since, page.until)
     row = workflow_rows(session, [workflow])[0]
+    stranded_on = _stranded_step(workflow, executions)
+    controls = action_controls(workflow.state, user, workflow.id)
+    if stranded_on is not None:
+        # Resume would run the missing step again (StepNotDefinedError) or jump, unannounced,
+        # to whatever next_step_name still says: only Resume at (a step that exists) or the
+        # stranded drain get it moving.
+        controls = [c for c in controls if c.name != Operation.RESUME]
+        if not any(b.label == "stranded" for b in row.badges):
+            row.badges.append(Badge("stranded", "bad"))
     metadata = {k: v for k, v in (workflow.metadata_ or {}).items() if k != "step_job_options"}
     job_options = {
         "class": type(workflow).class_step_job_options(),
@@ -578,16 +672,40 @@ def workflow_detail(
         row=row,
         current_step=workflow.current_step_name,
         transitioned_at=workflow.transitioned_at,
-        actions=action_controls(workflow.state, user, workflow.id),
+        actions=controls,
         runnable_steps=[s.name for s in workflow.steps.runnable],
         plan=_plan(workflow, executions),
-        timeline=_timeline(executions, signals, actions, now),
+        timeline=_timeline(page.executions, shown_signals, actions, now),
+        timeline_older=page.older,
+        timeline_before=before if page.until is not None else None,
         signals=[signal_view(s) for s in signals],
         metadata=_json(metadata) if metadata else None,
         job_options=_json(job_options) if any(job_options.values()) else None,
         live=workflow.is_ongoing,
         awaited_signal=awaited_signal(workflow, executions),
+        stranded_on=stranded_on,
+        children=children_progress(children.counts(session, workflow.id)),
+        parent_id=workflow.parent_id,
     )
+
+
+def children_progress(counts: dict[str, int]) -> str | None:
+    """The children line of a parent's detail: "7 of 10 finished, 1 paused, 2 running" (and
+    canceled ones, if any); None for a workflow without children."""
+    total = sum(counts.values())
+    if not total:
+        return None
+    parts = [f"{counts.get(WorkflowState.FINISHED, 0)} of {total} finished"]
+    canceled = counts.get(WorkflowState.CANCELED, 0)
+    if canceled:
+        parts.append(f"{canceled} canceled")
+    paused = counts.get(WorkflowState.PAUSED, 0)
+    if paused:
+        parts.append(f"{paused} paused")
+    running = counts.get(WorkflowState.READY, 0) + counts.get(WorkflowState.PERFORMING, 0)
+    if running:
+        parts.append(f"{running} running")
+    return ", ".join(parts)
 
 
 # --- definitions ----------------------------------------------------------------------------
@@ -603,6 +721,15 @@ class StepDefinitionRow:
 
 
 @dataclass(frozen=True)
+class RenamedStepRow:
+    """A ``renamed_step`` line: the old name, the step it runs as, what still refers to it."""
+
+    old_name: str
+    new_name: str
+    in_flight: int
+
+
+@dataclass(frozen=True)
 class ClassDefinition:
     name: str
     python_name: str
@@ -612,10 +739,12 @@ class ClassDefinition:
     job_options: str | None
     may_proceed_without_hero: bool
     gravestones_in_flight: int
+    renamed: list[RenamedStepRow] = field(default_factory=list)
 
 
 def class_definition(session: Session, cls: type[Workflow]) -> ClassDefinition:
-    in_flight = cls.removed_steps_in_flight(session)
+    in_flight = queries.removed_steps_current(session, cls)
+    renamed_in_flight = cls.renamed_steps_in_flight(session)
     ongoing = queries.ongoing_per_step(session, cls.workflow_name)
     return ClassDefinition(
         name=cls.workflow_name,
@@ -635,6 +764,10 @@ def class_definition(session: Session, cls: type[Workflow]) -> ClassDefinition:
         job_options=_json(cls.class_step_job_options()) if cls.class_step_job_options() else None,
         may_proceed_without_hero=cls.may_proceed_without_hero,
         gravestones_in_flight=sum(in_flight.values()),
+        renamed=[
+            RenamedStepRow(old, new, renamed_in_flight.get(old, 0))
+            for old, new in cls.steps.renamed.items()
+        ],
     )
 
 
@@ -653,6 +786,9 @@ class Waiter:
     overdue: bool
     #: The workflow is paused: a signal sent now is stored, and the step runs after resume.
     paused: bool = False
+    #: When the wait times out (SPEC §6.1) and what happens then; None without a time-out.
+    times_out_at: datetime | None = None
+    on_timeout: str | None = None
 
 
 @dataclass(frozen=True)
@@ -660,6 +796,11 @@ class WaiterGroup:
     signal_name: str
     waiters: list[Waiter]
     paused: bool = False
+    #: Parked on a step that no longer waits for a signal: nothing to deliver, no checkboxes.
+    stranded: bool = False
+
+
+_STRANDED = "(stranded: "
 
 
 def waiter_groups(rows: list[tuple[StepExecution, Workflow]]) -> list[WaiterGroup]:
@@ -670,8 +811,14 @@ def waiter_groups(rows: list[tuple[StepExecution, Workflow]]) -> list[WaiterGrou
     groups: dict[tuple[bool, str], list[Waiter]] = {}
     for execution, workflow in rows:
         definition = workflow.steps.named(execution.step_name)
-        matcher = definition.signal_matcher if definition is not None else None
-        name = (matcher_name(matcher) if matcher is not None else None) or "(unknown signal)"
+        if definition is None or definition.removed or not definition.waits_for_signal:
+            # A step the code no longer waits in (a deploy renamed or deleted it): say so,
+            # never "(unknown signal)" - housekeeping's next pass pauses it onto Stranded.
+            name = f"{_STRANDED}`{execution.step_name}` no longer waits here)"
+        else:
+            # A matcher object of the user's own may have no ``.name``: its own words then.
+            matcher = definition.signal_matcher
+            name = matcher_name(matcher) or str(matcher)
         since = execution.waiting_since or execution.created_at
         paused = workflow.state == states.WorkflowState.PAUSED
         groups.setdefault((paused, name), []).append(
@@ -685,11 +832,41 @@ def waiter_groups(rows: list[tuple[StepExecution, Workflow]]) -> list[WaiterGrou
                 waiting_since=since,
                 overdue=lateness.is_waiting_too_long(execution, now),
                 paused=paused,
+                **_time_out(definition, execution),
             )
         )
     return [
-        WaiterGroup(name, waiters, paused) for (paused, name), waiters in sorted(groups.items())
+        WaiterGroup(name, sorted(waiters, key=waiter_order), paused, name.startswith(_STRANDED))
+        for (paused, name), waiters in sorted(groups.items())
     ]
+
+
+def awaited_names(groups: list[WaiterGroup]) -> list[str]:
+    """The signal names the inbox's waiters wait for (the bulk form's Name suggestions)."""
+    return sorted({g.signal_name for g in groups if not g.stranded})
+
+
+def _time_out(definition: Any, execution: StepExecution) -> dict[str, Any]:
+    """A waiter's deadline and action, when its step (in the running code) still has one."""
+    action = definition.on_timeout if definition is not None else None
+    if action is None or execution.timeout_at is None:
+        return {}
+    return {"times_out_at": execution.timeout_at, "on_timeout": str(action)}
+
+
+def waiter_order(waiter: Waiter) -> tuple[Any, ...]:
+    """The inbox's order within a group: the most urgent first (DASHBOARD.md: lists that
+    answer "how late" sort by it). Waiters with a time-out first, soonest first (SPEC §6.1);
+    then, for waits without one, the overdue first and the longest waiting."""
+    since = waiter.waiting_since
+    deadline = waiter.times_out_at
+    return (
+        deadline is None,
+        deadline.timestamp() if deadline is not None else 0.0,
+        not waiter.overdue,
+        since.timestamp() if since is not None else 0.0,
+        waiter.workflow_id,
+    )
 
 
 def awaited_signal(workflow: Workflow, executions: list[StepExecution]) -> str | None:

@@ -11,26 +11,53 @@ index-only pass) and cached briefly, or capped with a ``LIMIT`` inside the count
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
-from flask import current_app
-from sqlalchemy import Select, and_, exists, func, or_, select, true
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Select,
+    and_,
+    exists,
+    func,
+    or_,
+    select,
+    true,
+    tuple_,
+)
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, aliased
 
-from geneva_drive import lateness
-from geneva_drive.dashboard.state import dashboard_config
+from geneva_drive import children, lateness, limits
+from geneva_drive.dialects import dialect_for
+from geneva_drive.dialects.base import SubqueryFirst
 from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
-from geneva_drive.states import ONGOING_WORKFLOW_STATES, StepState, WorkflowState
+from geneva_drive.states import (
+    CURRENT_STEP_STATES,
+    ONGOING_WORKFLOW_STATES,
+    StepState,
+    WorkflowState,
+)
 from geneva_drive.workflow import Workflow, registered_workflows, workflow_class
 
 T = TypeVar("T")
 
-#: Values of the ``due`` filter: which kind of late current execution a workflow has.
-DUE_FILTERS = ("overdue", "waiting", "stuck")
+#: Values of the ``due`` filter: which kind of late current execution a workflow has, or
+#: (``timed_out``) an execution whose wait for a signal timed out (SPEC §6.1).
+DUE_FILTERS = ("overdue", "waiting", "stuck", "timed_out")
+
+
+def dashboard_config() -> Mapping[str, Any]:
+    """The dashboard's settings (page size, cache time) of the current app. Imported when
+    called: the ``geneva-drive workflows`` commands use this module in a process without
+    Flask, and never call what needs the app."""
+    from geneva_drive.dashboard.state import dashboard_config as current_config
+
+    return current_config()
 
 
 # --- the workflows list ----------------------------------------------------------------------
@@ -50,6 +77,12 @@ class WorkflowFilters:
     due: str = ""
     #: A step the class no longer defines: the workflows paused because of it (``/stranded``).
     stranded: str = ""
+    #: A parent's id: its child workflows (SPEC §6.3; the parent_id index).
+    parent: str = ""
+    #: A concurrency or rate limit's name (SPEC §6.2, ``/limits``): workflows whose current
+    #: execution counts against it; ``limit_key`` narrows that to one key.
+    limit: str = ""
+    limit_key: str = ""
 
     @classmethod
     def from_args(cls, args: Any) -> WorkflowFilters:
@@ -67,6 +100,9 @@ class WorkflowFilters:
             q=get("q"),
             due=due if due in DUE_FILTERS else "",
             stranded=get("stranded"),
+            parent=get("parent"),
+            limit=get("limit"),
+            limit_key=args.get("limit_key", "") if get("limit") else "",
         )
 
     def as_params(self) -> dict[str, str]:
@@ -81,6 +117,9 @@ class WorkflowFilters:
             "q": self.q,
             "due": self.due,
             "stranded": self.stranded,
+            "parent": self.parent,
+            "limit": self.limit,
+            "limit_key": self.limit_key,
         }
         return {k: v for k, v in pairs.items() if v}
 
@@ -121,6 +160,45 @@ def _current_execution_in(*states: str, extra: Any = None) -> Any:
     return Workflow.id.in_(select(StepExecution.workflow_id).where(condition))
 
 
+#: ``Workflow.id IN (executions subquery)``, evaluated subquery first on PostgreSQL.
+_ExecutionsFirst = SubqueryFirst
+
+
+class _StartsWith(ColumnElement[bool]):
+    """``column`` begins with ``prefix``, whatever the column's collation.
+
+    ``LIKE 'prefix%'`` with the prefix's wildcards escaped. A range ``>= 'name/' AND <
+    'name0'`` relies on byte order, which a collation need not keep: glibc's en_US.UTF-8 and
+    ICU's "shifted" collations ignore punctuation at the first level, so ``name/acme`` sorts
+    after ``name0`` there. MySQL and MariaDB read the index for a constant LIKE prefix;
+    PostgreSQL does only under the "C" collation (or a ``text_pattern_ops`` index) and
+    otherwise filters the rows its other terms found. SQLite compares text bytewise (no
+    column here declares another collation) and its LIKE ignores case and the index, so it
+    keeps the exact range.
+    """
+
+    type = Boolean()
+    inherit_cache = False  # its prefix is a bound value the cache key would not see
+    _is_implicitly_boolean = True
+
+    def __init__(self, column: Any, prefix: str) -> None:
+        self.column = column
+        self.prefix = prefix
+
+
+@compiles(_StartsWith)
+def _starts_with_default(element: _StartsWith, compiler: Any, **kw: Any) -> str:
+    return str(compiler.process(element.column.startswith(element.prefix, autoescape=True), **kw))
+
+
+@compiles(_StartsWith, "sqlite")
+def _starts_with_sqlite(element: _StartsWith, compiler: Any, **kw: Any) -> str:
+    prefix = element.prefix
+    successor = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    column = element.column
+    return str(compiler.process(and_(column >= prefix, column < successor), **kw))
+
+
 def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) -> Select[Any]:
     """``select(Workflow)`` narrowed by ``filters`` (no ordering, no limit)."""
     now = now or utcnow()
@@ -133,6 +211,12 @@ def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) ->
         stmt = stmt.where(Workflow.hero_type == filters.hero_type)
     if filters.hero_id:
         stmt = stmt.where(Workflow.hero_id == filters.hero_id)
+    if filters.parent:
+        parent_id = parse_id(filters.parent.lstrip("#"))
+        # Not an id: match nothing (as the id search does), never a 500.
+        stmt = stmt.where(
+            Workflow.parent_id == parent_id if parent_id is not None else Workflow.id.is_(None)
+        )
     if filters.step:
         stmt = stmt.where(Workflow.next_step_name == filters.step)
     if filters.error:
@@ -150,6 +234,8 @@ def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) ->
         stmt = stmt.where(_search(filters.q))
     if filters.stranded:
         stmt = stmt.where(_stranded_on(filters.cls, filters.stranded))
+    if filters.limit:
+        stmt = stmt.where(_under_limit(filters.limit, filters.limit_key))
     if filters.due == "overdue":
         stmt = stmt.where(
             Workflow.state.in_(sorted(lateness.OVERDUE_WORKFLOW_STATES)),
@@ -158,8 +244,45 @@ def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) ->
     elif filters.due == "waiting":
         stmt = stmt.where(_current_execution_in(StepState.WAITING))
     elif filters.due == "stuck":
-        stmt = stmt.where(_current_execution_in(extra=lateness.stuck_in_progress_condition(now)))
+        # Executions first: the stuck ones are few (the in_progress index), the workflows many.
+        stuck = select(StepExecution.workflow_id).where(lateness.stuck_in_progress_condition(now))
+        stmt = stmt.where(_ExecutionsFirst(Workflow.id, stuck))
+    elif filters.due == "timed_out":
+        # The partial index on workflow_id WHERE timed_out_at IS NOT NULL (migration 0005).
+        stmt = stmt.where(
+            Workflow.id.in_(
+                select(StepExecution.workflow_id).where(StepExecution.timed_out_at.is_not(None))
+            )
+        )
     return stmt
+
+
+#: The keys per limit the /limits page lists (those with the most waiting).
+LIMIT_TOP_KEYS = 10
+
+
+def _under_limit(name: str, key: str) -> Any:
+    """Workflows whose current execution counts against limit ``name`` (of ``key``, when
+    given): the partial slot indexes (migration 0008) where the backend can read them for
+    a prefix (``_StartsWith``)."""
+    conditions = []
+    for column in (
+        StepExecution.limit_slot,
+        StepExecution.step_limit_slot,
+        StepExecution.rate_slot,
+    ):
+        if key:
+            conditions.append(column == limits.slot_of(name, key))
+        else:
+            # Every key of the name: the slots "name/…", by a prefix match that holds under
+            # any collation (a range between "name/" and "name0" does not).
+            conditions.append(_StartsWith(column, f"{name}/"))
+    return Workflow.id.in_(
+        select(StepExecution.workflow_id).where(
+            or_(*conditions),
+            StepExecution.state.in_([StepState.SCHEDULED, StepState.IN_PROGRESS]),
+        )
+    )
 
 
 @dataclass
@@ -246,10 +369,61 @@ def workflow_page(
     """One page of the list. ``upto`` pins the first page to the rows it showed (ids up to
     it): a refresh updates them but does not push newer rows in above what is being read."""
     limit = int(dashboard_config()["PAGE_SIZE"])
+    if filters.due == "overdue":
+        return overdue_page(session, filters, after, before, limit)
     stmt = filtered_workflows(filters)
     if upto is not None:
         stmt = stmt.where(Workflow.id <= upto)
     return keyset_page(session, stmt, Workflow.id, after=after, before=before, limit=limit)
+
+
+def _overdue_rows(filters: WorkflowFilters, now: datetime) -> Select[Any]:
+    """``filters`` (with ``due=overdue``) joined to the overdue execution, for its lateness."""
+    return filtered_workflows(filters, now).join(
+        StepExecution,
+        and_(StepExecution.workflow_id == Workflow.id, lateness.overdue_condition(now)),
+    )
+
+
+def overdue_page(
+    session: Session, filters: WorkflowFilters, after: Any, before: Any, limit: int
+) -> Page:
+    """The overdue list, most late first (DASHBOARD.md: lists that answer "how late" sort by
+    it): keyset on (``scheduled_for``, id) of the overdue execution, walked through the
+    ``(state, scheduled_for)`` executions index. ``after``/``before`` are workflow ids; a
+    cursor whose row is no longer overdue starts from the top again."""
+    now = utcnow()
+    stmt = _overdue_rows(filters, now)
+    due, wid = StepExecution.scheduled_for, Workflow.id
+
+    def due_of(cursor: int | None) -> datetime | None:
+        if cursor is None:
+            return None
+        found = session.scalar(
+            select(StepExecution.scheduled_for).where(
+                StepExecution.workflow_id == cursor, lateness.overdue_condition(now)
+            )
+        )
+        return found  # type: ignore[no-any-return]
+
+    after_id, before_id = _int_arg(after), _int_arg(before)
+    before_due, after_due = due_of(before_id), due_of(after_id)
+    if before_id is not None and before_due is not None:
+        more_late = or_(due < before_due, and_(due == before_due, wid < before_id))
+        rows = list(
+            session.scalars(stmt.where(more_late).order_by(due.desc(), wid.desc()).limit(limit + 1))
+        )
+        page = Page(list(reversed(rows[:limit])))
+        page.newer = _id(page.items[0]) if page.items and len(rows) > limit else None
+        page.older = _id(page.items[-1]) if page.items else None
+        return page
+    if after_id is not None and after_due is not None:
+        stmt = stmt.where(or_(due > after_due, and_(due == after_due, wid > after_id)))
+    rows = list(session.scalars(stmt.order_by(due.asc(), wid.asc()).limit(limit + 1)))
+    page = Page(rows[:limit])
+    page.older = _id(page.items[-1]) if page.items and len(rows) > limit else None
+    page.newer = _id(page.items[0]) if page.items and after_due is not None else None
+    return page
 
 
 #: Newer rows counted above a pinned first page ("25+ newer workflows").
@@ -287,6 +461,8 @@ def capped_ids(session: Session, filters: WorkflowFilters, cap: int) -> list[int
 
 def cached(key: str, compute: Callable[[], T]) -> T:
     """Per-app cache of a grouped count for ``COUNTS_CACHE_SECONDS`` (0 disables)."""
+    from flask import current_app
+
     ttl = float(dashboard_config().get("COUNTS_CACHE_SECONDS", 0))
     store: dict[str, tuple[float, Any]] = current_app.extensions.setdefault("geneva_counts", {})
     hit = store.get(key)
@@ -325,14 +501,17 @@ class Overview:
     waiting_total: int = 0
     #: How late the most overdue scheduled execution is (0 when none is).
     oldest_overdue_seconds: float = 0.0
+    #: Ongoing workflows with no explained next event (the ``/unexplained`` list; the gauge).
+    unexplained: int = 0
     failures_window: str = "1h"
     now: datetime = field(default_factory=utcnow)
 
 
 def overview(session: Session, failures_window: str = "1h") -> Overview:
-    """The overview's numbers. The per-class counts, overdue, waiting and stuck numbers are
+    """The overview's numbers. The per-class counts, waiting and stuck numbers are
     ``geneva_drive.metrics``' snapshot, the very numbers ``/metrics`` exports (one grouped query set,
-    cached and refreshed in the background), so the page and the alerts never disagree."""
+    cached and refreshed in the background), so the page and the alerts never disagree. The
+    overdue card is counted with the query of the list it links to (same rows, same instant)."""
     from geneva_drive import metrics
 
     now = utcnow()
@@ -340,29 +519,57 @@ def overview(session: Session, failures_window: str = "1h") -> Overview:
     snapshot = metrics.get_snapshot(session, max_age=ttl)
 
     def compute() -> Overview:
-        stuck_scheduled = (
-            select(StepExecution.id)
-            .join(Workflow, Workflow.id == StepExecution.workflow_id)
-            .where(
-                lateness.stuck_scheduled_condition(now),
-                # What housekeeping recovers: every workflow's but a paused one's.
-                Workflow.state != lateness.NOT_STUCK_WORKFLOW_STATE,
+        # The overdue card is the list behind it (``/workflows?due=overdue``): the same query,
+        # at the same instant, so its count, its "latest is late by" and its "late by more than
+        # the stuck threshold" describe exactly the rows the list shows. (From the metrics
+        # snapshot it could be a refresh older than the list and contradict it.)
+        overdue_rows = _overdue_rows(WorkflowFilters(due="overdue"), now)
+        oldest_due = _aware(
+            session.scalar(
+                overdue_rows.with_only_columns(StepExecution.scheduled_for)
+                .order_by(StepExecution.scheduled_for.asc())
+                .limit(1)
             )
+        )
+        overdue_count = _capped_count(
+            session, overdue_rows.with_only_columns(Workflow.id), COUNT_CAP
+        )
+        # The waiting card is the inbox behind it: signal waiters only (a join waits for its
+        # children, not for a signal), counted with the inbox's own query.
+        waiters = _signal_waiters(select(StepExecution.id))
+        waiting_total = _capped_count(session, waiters, COUNT_CAP)
+        cutoff = lateness.waiting_cutoff(now)
+        waiting_overdue = (
+            0
+            if cutoff is None
+            else _capped_count(
+                session, waiters.where(StepExecution.waiting_since < cutoff), COUNT_CAP
+            )
+        )
+        stuck_listed = _capped_count(
+            session,
+            overdue_rows.with_only_columns(Workflow.id).where(
+                lateness.stuck_scheduled_condition(now)
+            ),
+            COUNT_CAP,
         )
         return Overview(
             counts={c.workflow: dict(c.states) for c in snapshot.classes},
             ratios={c.workflow: c.paused_ratio for c in snapshot.classes},
-            overdue=snapshot.overdue,
-            stuck_scheduled=_capped_count(session, stuck_scheduled, COUNT_CAP),
-            waiting_overdue=snapshot.waiting_overdue or 0,
+            overdue=overdue_count,
+            stuck_scheduled=stuck_listed,
+            waiting_overdue=waiting_overdue,
             stuck_in_progress=snapshot.stuck_in_progress,
             stranded=sum(g.count for g in stranded_groups(session)),
             failures=failure_groups(session, FAILURE_WINDOWS[failures_window], limit=10),
             paused_total=snapshot.state_totals.get(str(WorkflowState.PAUSED), 0),
-            waiting_total=snapshot.waiting,
-            oldest_overdue_seconds=snapshot.oldest_overdue_seconds,
+            waiting_total=waiting_total,
+            oldest_overdue_seconds=(
+                max(0.0, (now - oldest_due).total_seconds()) if oldest_due else 0.0
+            ),
+            unexplained=snapshot.unexplained,
             failures_window=failures_window,
-            now=snapshot.taken_at,
+            now=now,
         )
 
     return cached(f"overview:{failures_window}", compute)
@@ -501,7 +708,12 @@ def failure_groups(session: Session, window: timedelta, limit: int = 100) -> lis
             func.max(StepExecution.id),
         )
         .join(Workflow, Workflow.id == StepExecution.workflow_id)
-        .where(StepExecution.state == StepState.FAILED, StepExecution.failed_at >= since)
+        # The failed_at index (partial on failed rows; SQLite: see _off_index) holds only
+        # failures: the window is a range of it, whatever the history behind it.
+        .where(
+            _off_index(session, StepExecution.state) == StepState.FAILED,
+            StepExecution.failed_at >= since,
+        )
         .group_by(Workflow.type, StepExecution.step_name, StepExecution.error_class_name)
         .order_by(count.desc())
         .limit(limit)
@@ -527,6 +739,17 @@ def failure_groups(session: Session, window: timedelta, limit: int = 100) -> lis
     ]
 
 
+def _off_index(session: Session, column: Any) -> Any:
+    """``column`` as SQLite's planner should not use an index for (a unary ``+``).
+
+    SQLite, without statistics, prefers any index with an equality on state over a range
+    of the index the query is written for, and then reads every row in that state (every
+    failure ever). On SQLite that index is a full one on the range's column, which the
+    state term must then leave alone; PostgreSQL's is partial and matched to the term.
+    """
+    return dialect_for(session).without_index(column)
+
+
 def _aware(value: Any) -> datetime | None:
     """``max()`` over a column loses the UTC type decorator on SQLite; put the zone back."""
     from datetime import UTC
@@ -545,13 +768,35 @@ def _aware(value: Any) -> datetime | None:
 INBOX_LIMIT = 200
 
 
+def _signal_waiters(query: Any) -> Any:
+    """``query`` narrowed to executions parked for a signal: ``waiting``, joined to their
+    workflow, joins (``wait_for_children=True``) left out. The inbox lists these rows, and the
+    overview's card counts them."""
+    query = query.join(Workflow, Workflow.id == StepExecution.workflow_id).where(
+        StepExecution.state == StepState.WAITING
+    )
+    joins = children.join_steps()
+    if joins:
+        query = query.where(~tuple_(Workflow.type, StepExecution.step_name).in_(joins))
+    return query
+
+
 def parked_executions(session: Session) -> list[tuple[StepExecution, Workflow]]:
-    """Executions parked at a signal gate, oldest first (bounded)."""
+    """Executions parked at a signal gate (bounded): those that time out soonest first (SPEC
+    §6.1), then those without a time-out, oldest first.
+
+    A join (``wait_for_children=True``, SPEC §6.3) parks in ``waiting`` too, but waits for
+    its children, not for a signal: left out here, so it neither shows as stranded nor
+    takes a row of the limit from a real signal waiter.
+    """
     rows = session.execute(
-        select(StepExecution, Workflow)
-        .join(Workflow, Workflow.id == StepExecution.workflow_id)
-        .where(StepExecution.state == StepState.WAITING)
-        .order_by(StepExecution.waiting_since, StepExecution.id)
+        _signal_waiters(select(StepExecution, Workflow))
+        .order_by(
+            StepExecution.timeout_at.is_(None),  # NULLs last on every backend
+            StepExecution.timeout_at,
+            StepExecution.waiting_since,
+            StepExecution.id,
+        )
         .limit(INBOX_LIMIT)
     ).all()
     return [(execution, workflow) for execution, workflow in rows]
@@ -584,6 +829,36 @@ def ongoing_per_step(session: Session, type_name: str) -> dict[str, int]:
     return {str(name): int(count) for name, count in rows if name is not None}
 
 
+def removed_steps_current(session: Session, cls: type[Workflow]) -> dict[str, int]:
+    """``{gravestone_name: executions}``: the current (scheduled, waiting or in-progress)
+    executions of ongoing ``cls`` workflows on each of its removed steps (the Definitions
+    page's drain view).
+
+    Unlike ``cls.removed_steps_in_flight()`` (the gem's count: every execution of ongoing
+    workflows, history included, which at scale joins them to their whole history), this reads
+    only current executions, executions first through the ``(state, scheduled_for)`` index:
+    a cost that grows with the live set. Workflows paused on a gravestone with nothing current
+    are the page's "ongoing" count (their next step), so the page says "safe to delete" only
+    when both are zero.
+    """
+    names = [s.name for s in cls.steps.removed]
+    if not names:
+        return {}
+    rows = session.execute(
+        select(StepExecution.step_name, func.count())
+        .select_from(StepExecution)
+        # ``cls`` itself: its mapper adds the polymorphic filter, subclasses included.
+        .join(cls, cls.id == StepExecution.workflow_id)
+        .where(
+            StepExecution.state.in_(sorted(CURRENT_STEP_STATES)),
+            StepExecution.step_name.in_(names),
+            cls.state.in_(sorted(ONGOING_WORKFLOW_STATES)),
+        )
+        .group_by(StepExecution.step_name)
+    )
+    return {str(name): int(count) for name, count in rows}
+
+
 def definitions() -> dict[str, type[Workflow]]:
     return dict(sorted(registered_workflows().items()))
 
@@ -604,6 +879,70 @@ def hero_workflows(session: Session, hero_type: str, hero_id: str) -> list[Workf
     )
 
 
+#: Executions per page of a workflow's timeline (issue 26: a workflow with thousands of
+#: executions rendered them all, 145 ms at 1,000; the database's part was about 1 ms).
+TIMELINE_PAGE = 100
+
+
+@dataclass(frozen=True)
+class ExecutionPage:
+    """One page of a workflow's executions, oldest first, and where the next older page ends."""
+
+    executions: list[StepExecution]
+    #: ``?before=`` of the next older page (the oldest execution shown), None when none is left.
+    older: int | None
+    #: The time range the page covers, for the signals and actions shown beside it.
+    since: datetime | None
+    until: datetime | None
+
+
+def execution_page(
+    session: Session, workflow_id: int, before: int | None = None, size: int = TIMELINE_PAGE
+) -> ExecutionPage:
+    """The newest ``size`` executions of a workflow older than execution ``before`` (keyset on
+    ``(created_at, id)``, a range of ``index_geneva_drive_step_executions_on_workflow_created``).
+
+    ``before`` that is not an execution of this workflow starts from the newest.
+    """
+    order = (StepExecution.created_at.desc(), StepExecution.id.desc())
+    query = select(StepExecution).where(StepExecution.workflow_id == workflow_id)
+    until: datetime | None = None
+    if before is not None:
+        until = session.scalar(
+            select(StepExecution.created_at).where(
+                StepExecution.id == before, StepExecution.workflow_id == workflow_id
+            )
+        )
+        if until is not None:
+            query = query.where(
+                or_(
+                    StepExecution.created_at < until,
+                    and_(StepExecution.created_at == until, StepExecution.id < before),
+                )
+            )
+    rows = list(session.scalars(query.order_by(*order).limit(size + 1)))
+    more = len(rows) > size
+    page = rows[:size]
+    page.reverse()
+    oldest = page[0] if page else None
+    return ExecutionPage(
+        executions=page,
+        older=oldest.id if more and oldest is not None else None,
+        since=oldest.created_at if more and oldest is not None else None,
+        until=until,
+    )
+
+
+def latest_per_step(session: Session, workflow_id: int) -> list[StepExecution]:
+    """The newest execution of each step of a workflow (the step plan's statuses)."""
+    newest = (
+        select(func.max(StepExecution.id))
+        .where(StepExecution.workflow_id == workflow_id)
+        .group_by(StepExecution.step_name)
+    )
+    return list(session.scalars(select(StepExecution).where(StepExecution.id.in_(newest))))
+
+
 def executions_of(session: Session, workflow_id: int) -> list[StepExecution]:
     return list(
         session.scalars(
@@ -614,21 +953,49 @@ def executions_of(session: Session, workflow_id: int) -> list[StepExecution]:
     )
 
 
-def signals_of(session: Session, workflow_id: int) -> list[Signal]:
+def _within(column: Any, since: datetime | None, until: datetime | None) -> list[Any]:
+    terms = []
+    if since is not None:
+        terms.append(column >= since)
+    if until is not None:
+        terms.append(column < until)
+    return terms
+
+
+def signals_of(
+    session: Session,
+    workflow_id: int,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[Signal]:
+    """The workflow's signals, without its children's end reports (one per child, up to
+    thousands: the children's progress line stands for them, SPEC §6.3)."""
     return list(
         session.scalars(
             select(Signal)
-            .where(Signal.workflow_id == workflow_id)
+            .where(
+                Signal.workflow_id == workflow_id,
+                Signal.name != children.CHILD_ENDED,
+                *_within(Signal.created_at, since, until),
+            )
             .order_by(Signal.created_at, Signal.id)
         )
     )
 
 
-def actions_of(session: Session, workflow_id: int) -> list[OperatorAction]:
+def actions_of(
+    session: Session,
+    workflow_id: int,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> list[OperatorAction]:
     return list(
         session.scalars(
             select(OperatorAction)
-            .where(OperatorAction.workflow_id == workflow_id)
+            .where(
+                OperatorAction.workflow_id == workflow_id,
+                *_within(OperatorAction.created_at, since, until),
+            )
             .order_by(OperatorAction.created_at, OperatorAction.id)
         )
     )
@@ -639,6 +1006,8 @@ class AuditFilters:
     actor: str = ""
     action: str = ""
     workflow: str = ""
+    #: A bulk action's batch row: the rows it wrote for each of its workflows.
+    batch: str = ""
 
     @classmethod
     def from_args(cls, args: Any) -> AuditFilters:
@@ -646,6 +1015,7 @@ class AuditFilters:
             actor=clean_text(args.get("actor", "")),
             action=clean_text(args.get("action", "")),
             workflow=clean_text(args.get("workflow", "")),
+            batch=clean_text(args.get("batch", "")),
         )
 
     def as_params(self) -> dict[str, str]:
@@ -666,5 +1036,18 @@ def audit_page(session: Session, filters: AuditFilters, after: Any, before: Any)
     workflow_id = parse_id(filters.workflow)
     if workflow_id is not None:
         stmt = stmt.where(OperatorAction.workflow_id == workflow_id)
+    batch_id = parse_id(filters.batch)
+    if filters.batch:
+        # The batch row lists its workflows (done_ids, refused_ids, gone_ids); their rows
+        # written after it are the batch's own (the workflow_id index, not a params scan).
+        batch = session.get(OperatorAction, batch_id) if batch_id is not None else None
+        params = (batch.params or {}) if batch is not None else {}
+        ids = [
+            int(i)
+            for key in ("done_ids", "refused_ids", "gone_ids")
+            for i in params.get(key) or []
+            if isinstance(i, int)
+        ]
+        stmt = stmt.where(OperatorAction.workflow_id.in_(ids), OperatorAction.id > (batch_id or 0))
     limit = int(dashboard_config()["PAGE_SIZE"])
     return keyset_page(session, stmt, OperatorAction.id, after=after, before=before, limit=limit)

@@ -16,6 +16,19 @@ is not even checked (so guessing gains nothing) nor counted (so waiting ends). A
 login clears its pair and its username (never the address: logging in to one's own account
 must not reset a spray from that address).
 
+Each attempt is recorded as a failure *before* its password is checked (:meth:`attempt`, one
+lock around the check and the record) and taken back when it succeeds: with check-then-record,
+30 parallel guesses were all checked against a limit of 5.
+
+**Lockout by strangers.** A per-user counter lets anyone who knows a name lock its owner out
+(55 failures from 11 addresses did, against the per-user limit of 50). So the per-user counter
+does not apply to an address from which that user logged in successfully within
+``KNOWN_ADDRESS_SECONDS`` (30 days, in process memory): the owner, at their usual address, is
+never locked out by others' failures, while an attacker rotating addresses still meets the
+per-user limit everywhere else (and the per-pair limit at the owner's address, as anyone does).
+What is left: an owner at a new address during such an attack waits out the backoff (at most
+the window). The choice of our own code over Flask-Limiter is in README "Security".
+
 Memory is bounded (``max_keys``): when full, keys whose failures have all left the window go
 first, then keys that are not blocking anyone, fewest failures and oldest first; a key that
 is blocking is evicted only when every key is, the one whose wait ends soonest first. So a
@@ -39,6 +52,8 @@ DEFAULT_BACKOFF_SECONDS = 2.0
 DEFAULT_MAX_FAILURES_PER_USER = 50
 DEFAULT_MAX_FAILURES_PER_ADDRESS = 50
 DEFAULT_MAX_KEYS = 100_000
+#: Seconds an address that logged in as a user stays exempt from that user's per-user limit.
+KNOWN_ADDRESS_SECONDS = 30 * 24 * 3600.0
 #: Characters of a username a counter's key keeps.
 MAX_NAME_IN_KEY = 256
 
@@ -63,6 +78,20 @@ def keys_for(user: str, address: str | None) -> dict[str, str]:
     return {"pair": f"pair:{name}\x00{addr}", "user": f"user:{name}", "address": f"addr:{addr}"}
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """One login attempt as :meth:`FailureLimiter.attempt` recorded it."""
+
+    keys: dict[str, str]
+    #: Whole seconds to wait (the attempt was refused and not recorded), or 0.
+    wait: int
+    stamp: float = 0.0
+
+
+def _known_key(keys: dict[str, str]) -> str:
+    return keys["pair"].removeprefix("pair:")
+
+
 class FailureLimiter:
     """Sliding-window failure counts per key, with exponential backoff (thread-safe)."""
 
@@ -72,6 +101,8 @@ class FailureLimiter:
         self._clock = clock
         self._lock = threading.Lock()
         self._failures: dict[str, deque[float]] = {}
+        #: "name\x00address" -> last successful login from there (insertion-ordered: oldest first).
+        self._known: dict[str, float] = {}
         self.max_keys = max_keys
 
     @staticmethod
@@ -111,6 +142,55 @@ class FailureLimiter:
                 wait = max(wait, self._wait(stamps, self._limit_of(key, limits), limits, now))
         return int(wait) + (1 if wait > int(wait) else 0)
 
+    def attempt(self, keys: dict[str, str], limits: Limits) -> Attempt:
+        """Check and record one login attempt at once (under one lock): refused with the wait
+        while any counter says wait, else counted as a failure until :meth:`succeed` says
+        otherwise. The user's counter is not checked from an address known to be theirs."""
+        now = self._clock()
+        with self._lock:
+            known_at = self._known.get(_known_key(keys))
+            known = known_at is not None and now - known_at < KNOWN_ADDRESS_SECONDS
+            wait = 0.0
+            for kind, key in keys.items():
+                if kind == "user" and known:
+                    continue
+                stamps = self._trim(key, limits.window, now)
+                wait = max(wait, self._wait(stamps, self._limit_of(key, limits), limits, now))
+            if wait:
+                return Attempt(keys, int(wait) + (1 if wait > int(wait) else 0))
+            self._record(list(keys.values()), limits, now)
+            return Attempt(keys, 0, now)
+
+    def succeed(self, attempt: Attempt) -> None:
+        """The attempt's password was right: clear its pair and user, take its failure back
+        from the address, and remember the address as the user's."""
+        with self._lock:
+            self._failures.pop(attempt.keys["pair"], None)
+            self._failures.pop(attempt.keys["user"], None)
+            self._unrecord(attempt.keys["address"], attempt.stamp)
+            known = _known_key(attempt.keys)
+            self._known.pop(known, None)
+            self._known[known] = self._clock()
+            while len(self._known) > self.max_keys:
+                del self._known[next(iter(self._known))]
+
+    def withdraw(self, attempt: Attempt) -> None:
+        """Take the attempt back entirely (its password was never checked)."""
+        with self._lock:
+            for key in attempt.keys.values():
+                self._unrecord(key, attempt.stamp)
+
+    def _unrecord(self, key: str, stamp: float) -> None:
+        stamps = self._failures.get(key)
+        if stamps is None:
+            return
+        try:
+            stamps.remove(stamp)
+        except ValueError:
+            return
+        if not stamps:
+            del self._failures[key]
+
     def failures(self, key: str, window: float) -> int:
         with self._lock:
             return len(self._trim(key, window, self._clock()))
@@ -119,13 +199,16 @@ class FailureLimiter:
         limits = limits or Limits()
         now = self._clock()
         with self._lock:
-            for key in keys:
-                stamps = self._failures.get(key)
-                if stamps is None:
-                    if len(self._failures) >= self.max_keys:
-                        self._make_room(limits, now)
-                    stamps = self._failures[key] = deque()
-                stamps.append(now)
+            self._record(keys, limits, now)
+
+    def _record(self, keys: list[str], limits: Limits, now: float) -> None:
+        for key in keys:
+            stamps = self._failures.get(key)
+            if stamps is None:
+                if len(self._failures) >= self.max_keys:
+                    self._make_room(limits, now)
+                stamps = self._failures[key] = deque()
+            stamps.append(now)
 
     def clear(self, keys: list[str]) -> None:
         with self._lock:

@@ -10,7 +10,6 @@ dashboard's settings. Context processors (the app's and the blueprint's) run as 
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from flask import Flask, current_app, get_flashed_messages
@@ -18,11 +17,11 @@ from flask.signals import before_render_template, template_rendered
 from flask.templating import Environment
 from jinja2 import FileSystemLoader
 
-from geneva_drive.dashboard import csrf, formatting, urls
+from geneva_drive.dashboard import csrf, formatting, package_data, urls
 from geneva_drive.dashboard.state import state
 
-#: Not resolve()d: in the strict editable install the package is a tree of links.
-TEMPLATES = Path(__file__).parent / "templates"
+#: Found the same way in every install mode (see package_data).
+TEMPLATES = package_data.locate("templates")
 _ENV_KEY = "geneva_drive.jinja_env"
 
 

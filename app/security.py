@@ -7,13 +7,25 @@ own behaviour lives in ``static/js/app.js``.
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from typing import Any
 
-from flask import Flask, Response, abort, g, request
+from flask import Flask, Response, abort, current_app, g, request
 from flask.sessions import SecureCookieSessionInterface
 from werkzeug.routing import IntegerConverter
 
 from geneva_drive.dashboard import urls
+from geneva_drive.logsafe import escape
+
+log = logging.getLogger(__name__)
+
+#: Refused requests recorded in the audit log per app and minute, at most: the rest are
+#: counted and summed up in the next row (and logged), so refusals cannot flood the table.
+REFUSALS_AUDITED_PER_MINUTE = 30
+#: The audit log's ``action`` of a refused request; its ``result`` says why (see below).
+REFUSED_REQUEST = "refused_request"
 
 CONTENT_SECURITY_POLICY = "; ".join(
     [
@@ -75,3 +87,112 @@ class BoundedIntConverter(IntegerConverter):
     def __init__(self, map: Any, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("max", 2**63 - 1)
         super().__init__(map, *args, **kwargs)
+
+
+# --- refused requests in the audit log -----------------------------------------------------------
+
+
+class RefusalBudget:
+    """How many refusals this app may still record in the current minute (thread-safe)."""
+
+    def __init__(self, per_minute: int = REFUSALS_AUDITED_PER_MINUTE) -> None:
+        self.per_minute = per_minute
+        self._lock = threading.Lock()
+        self._window = 0.0
+        self._used = 0
+        self.skipped = 0
+
+    def take(self) -> int | None:
+        """None when over budget (the refusal is counted); else how many were skipped since
+        the last recorded one (and the count starts again)."""
+        now = time.monotonic()
+        with self._lock:
+            if now - self._window >= 60.0:
+                self._window, self._used = now, 0
+            if self._used >= self.per_minute:
+                self.skipped += 1
+                return None
+            self._used += 1
+            skipped, self.skipped = self.skipped, 0
+            return skipped
+
+
+def _refusal_kind(status: int) -> str | None:
+    kind: str | None = g.get("geneva_refusal")
+    if status == 403:
+        return kind or "forbidden"
+    if status == 400 and kind:
+        return kind
+    args = request.view_args or {}
+    if status == 404 and ("workflow_id" in args or "batch_id" in args):
+        return "not_found"  # an id that does not exist: probing, or a stale page
+    return None
+
+
+def _refusing_actor() -> str:
+    from geneva_drive.dashboard import auth
+
+    user = g.get("user")
+    if user is None:  # refused before auth ran (CSRF): who the session says, if anyone
+        try:
+            user = auth._load_user()
+        except Exception:
+            user = None
+    return str(user.actor) if user is not None else f"anonymous {request.remote_addr or '?'}"
+
+
+def audit_refusal(status: int, description: str) -> None:
+    """Record a refused request (a viewer's 403, a CSRF refusal, an unknown id) in the audit
+    log, within the app's :class:`RefusalBudget`. Never raises: the refusal is answered
+    whatever happens here."""
+    kind = _refusal_kind(status)
+    if kind is None:
+        return
+    budget: RefusalBudget = current_app.extensions.setdefault(
+        "geneva_drive.refusal_budget", RefusalBudget()
+    )
+    skipped = budget.take()
+    if skipped is None:
+        return
+    from geneva_drive.dashboard.extensions import db
+    from geneva_drive.operator_actions import record
+
+    try:
+        actor = _refusing_actor()
+        args = request.view_args or {}
+        workflow_id = args.get("workflow_id")
+        message = description
+        if skipped:
+            message += f" ({skipped} more refusals in the last minute were not recorded)"
+        params: dict[str, Any] = {"method": request.method, "path": request.path[:300]}
+        if isinstance(workflow_id, int):
+            # In the parameters, not the row's workflow_id: a refusal is not part of the
+            # workflow's history (its page lists what was done to it), and the id may not exist.
+            params["workflow_id"] = workflow_id
+        db.session.rollback()
+        record(
+            db.session(),
+            actor[:255],
+            REFUSED_REQUEST,
+            None,
+            {**params, "status": status},
+            None,
+            None,
+            kind,
+            message,
+        )
+        db.session.commit()
+        log.warning(
+            "Refused %s %s (%s, %s) for %s",
+            request.method,
+            escape(request.path, 300),
+            status,
+            kind,
+            escape(actor, 300),
+        )
+    except Exception:
+        log.exception("Could not record a refused request in the audit log")
+        try:
+            db.session.rollback()
+        except Exception:
+            pass

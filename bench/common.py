@@ -21,7 +21,10 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
-OUT = Path(os.environ.get("GENEVA_BENCH_OUT", BENCH / "out"))
+#: The JSON results of the last full run, which RESULTS.md and README's table are rendered from:
+#: tracked, so that ``python -m bench.run --render`` reproduces both from a clean clone. Commit
+#: them together with the RESULTS.md they produced.
+OUT = Path(os.environ.get("GENEVA_BENCH_OUT", BENCH / "results" / "run"))
 PG_URL = os.environ.get("GENEVA_BENCH_PG_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 #: Redis database index reserved for the bench (others use 0); flushed only by us.
 REDIS_URL = os.environ.get("GENEVA_BENCH_REDIS_URL", "redis://127.0.0.1:6379/14")
@@ -31,6 +34,18 @@ PY = sys.executable
 # it only takes a core from the worker and the database on a 2-core machine (at 0.2-0.5 ms the
 # poller kept a core busy and inflated every hop it was measuring). Same for every peer.
 POLL = 0.01
+
+
+#: After seeding workflows with SQL: the per-(class, state) counts the engine keeps as it writes
+#: (geneva_drive.counts), recounted from the rows, so the pages show (and pay for) what they
+#: would in production.
+# What geneva_drive.counts.rebuild() writes, in one statement for seeds that bypass the ORM:
+# ready and performing share the "ongoing" row (engine/counts.py).
+RECOUNT_SQL = (
+    "INSERT INTO geneva_drive_workflow_counts (type, state, shard, count) "
+    "SELECT type, s, 0, COUNT(*) FROM (SELECT type, CASE WHEN state IN ('ready', 'performing') "
+    "THEN 'ongoing' ELSE state END AS s FROM geneva_drive_workflows) AS w GROUP BY type, s"
+)
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -208,3 +223,119 @@ def env_info() -> dict[str, Any]:
         except PackageNotFoundError:
             pass
     return info
+
+
+# --- CPU accounting from /proc (issue 33) ---------------------------------------------------
+# CPU per step is read from the kernel's own counters rather than from wall time: on a shared
+# machine a step's wall time moves with the neighbours' load, its CPU seconds far less.
+
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def cpu_seconds(pid: int, *, reaped: bool = True) -> float | None:
+    """utime+stime of ``pid`` (plus cutime+cstime: its children that exited and were reaped,
+    when ``reaped``), in seconds; None when the process is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    # The command name may hold spaces and parentheses: the fields follow the last ")".
+    fields = data[data.rindex(")") + 2 :].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])  # cutime, cstime
+    return ticks / CLK_TCK
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and every live descendant (a Celery worker and its prefork children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children_of(p))
+    return out
+
+
+def tree_cpu(pid: int) -> dict[int, float]:
+    """{pid: CPU seconds} over a process tree, each including its reaped children: a child
+    that exits between two readings moves into its parent's cutime, so the sum over the tree
+    at the end minus the sum at the start counts it exactly once."""
+    out = {}
+    for p in tree_pids(pid):
+        value = cpu_seconds(p)
+        if value is not None:
+            out[p] = value
+    return out
+
+
+def start_neighbour(core: int | None = None) -> subprocess.Popen[bytes]:
+    """Issue 33's fixed CPU-bound neighbour: one busy Python process (``while True: pass``),
+    pinned with ``taskset`` to one core (the last one by default) when taskset exists. It
+    stands for another tenant's busy process on a shared machine; stop it with
+    :func:`stop_neighbour` (by its PID)."""
+    import shutil
+
+    cmd = [sys.executable, "-c", "while True: pass"]
+    if shutil.which("taskset"):
+        last = (os.cpu_count() or 1) - 1
+        cmd = ["taskset", "-c", str(last if core is None else core), *cmd]
+    # taskset execs the command, so the PID is the busy process's own.
+    return subprocess.Popen(cmd, stdin=subprocess.DEVNULL)
+
+
+def stop_neighbour(p: subprocess.Popen[bytes]) -> None:
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(5)
+
+
+class PgBackends:
+    """The CPU of the PostgreSQL backends serving one database, from /proc: the run's own
+    database (created for it), so other users of the shared server are not counted.
+
+    ``start()`` takes each live backend's CPU as its baseline; ``sample()`` (call it now and
+    then during the run, and at the end) adds backends that connected meanwhile, from zero,
+    and keeps the last reading of each, so a backend that disconnects before the end still
+    counts up to its last sample. The query runs on a connection to another database, so the
+    measurement does not measure itself. Needs psycopg (both venvs have it).
+    """
+
+    def __init__(self, dbname: str, admin_conninfo: str) -> None:
+        import psycopg
+
+        self.dbname = dbname
+        self.conn = psycopg.connect(admin_conninfo, autocommit=True)
+        self.base: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+
+    def _pids(self) -> list[int]:
+        rows = self.conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (self.dbname,)
+        ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def start(self) -> None:
+        self.base, self.last = {}, {}
+        for pid in self._pids():
+            value = cpu_seconds(pid, reaped=False)
+            if value is not None:
+                self.base[pid] = self.last[pid] = value
+
+    def sample(self) -> None:
+        for pid in self._pids():
+            value = cpu_seconds(pid, reaped=False)
+            if value is not None:
+                self.base.setdefault(pid, 0.0)
+                self.last[pid] = value
+
+    def seconds(self) -> float:
+        return sum(self.last[p] - self.base[p] for p in self.last)
+
+    def close(self) -> None:
+        self.conn.close()

@@ -107,7 +107,11 @@ class Timings:
 class Stack:
     """Database + Redis + one Celery worker for the engine."""
 
-    def __init__(self, backend: str, workdir: str, schema: str = SCHEMA) -> None:
+    def __init__(
+        self, backend: str, workdir: str, schema: str = SCHEMA, redis_url: str = REDIS_URL
+    ) -> None:
+        """``redis_url``: the broker (default the shared server's bench database; B12 passes a
+        private ``redis-server``, bench/cost.py's ``_private_redis``). Flushed here."""
         self.backend = backend
         self.schema = schema
         self.workdir = workdir
@@ -120,13 +124,13 @@ class Stack:
         else:
             reset_pg_schema(schema)
             self.url = pg_schema_url(schema)
-        os.environ["GENEVA_BROKER_URL"] = REDIS_URL
+        os.environ["GENEVA_BROKER_URL"] = redis_url
         os.environ["GENEVA_DEFAULT_QUEUE"] = QUEUE
         os.environ["GENEVA_DATABASE_URL"] = self.url
         os.environ["GENEVA_BENCH_TIMINGS"] = self.timings_dir
         import redis
 
-        redis.Redis.from_url(REDIS_URL).flushdb()
+        redis.Redis.from_url(redis_url).flushdb()
         from geneva_drive import db
         from geneva_drive.models import Base
 

@@ -11,7 +11,7 @@ for the server's log flush, so these figures are mostly the database's, and the 
 
 PostgreSQL in schema ``geneva_bench_b1`` (GENEVA_BENCH_PG_URL), MariaDB in database
 ``geneva_bench_b1`` (GENEVA_BENCH_MARIADB_URL), both dropped afterwards. Writes
-bench/out/b1_server.json; bench/report_mariadb.py renders it into bench/RESULTS.md.
+bench/results/run/b1_server.json; bench/report_mariadb.py renders it into bench/RESULTS.md.
 """
 
 from __future__ import annotations

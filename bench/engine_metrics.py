@@ -37,7 +37,7 @@ from typing import Any
 
 from sqlalchemy import Engine, event, text
 
-from bench.common import ROOT
+from bench.common import RECOUNT_SQL, ROOT
 from geneva_drive import db, metrics
 from geneva_drive.models import Base
 
@@ -172,6 +172,7 @@ def seed_sqlite(url: str, workflows: int, reseed: bool) -> dict[str, Any]:
     with engine.begin() as conn:
         for statement in SQLITE_SEED:
             conn.execute(text(statement.replace("{n}", str(workflows))))
+        conn.execute(text(RECOUNT_SQL))
     with engine.connect() as conn:
         conn.execute(text("ANALYZE"))
         conn.commit()
@@ -215,6 +216,7 @@ def seed(url: str, workflows: int, reseed: bool) -> dict[str, Any]:
         conn.execute(text(SEED_WORKFLOWS.format(classes=CLASSES, n=workflows)))
         conn.execute(text(SEED_HISTORY))
         conn.execute(text(SEED_CURRENT))
+        conn.execute(text(RECOUNT_SQL))
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.execute(text("VACUUM ANALYZE geneva_drive_workflows"))
         conn.execute(text("VACUUM ANALYZE geneva_drive_step_executions"))
@@ -329,6 +331,7 @@ def main() -> int:
     flask_app = create_app(
         {
             "TESTING": True,
+            "METRICS_PUBLIC": True,
             "SQLALCHEMY_DATABASE_URI": args.url,
             "SQLALCHEMY_ENGINE_OPTIONS": (
                 {} if sqlite else {"connect_args": {"options": f"-csearch_path={SCHEMA}"}}

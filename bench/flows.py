@@ -11,7 +11,7 @@ import os
 import time
 from datetime import timedelta
 
-from geneva_drive import Workflow, step
+from geneva_drive import ConcurrencyLimit, Workflow, step
 
 _fd: int | None = None
 
@@ -112,3 +112,95 @@ if os.environ.get("GENEVA_BENCH_TRACE") == "1":  # bench/hop_trace.py: where a h
     from bench import hop_trace
 
     hop_trace.install()
+
+
+def _b11_key(workflow: Workflow) -> int:
+    """B11's tenants: the workflow id modulo GENEVA_B11_KEYS (the bench and its workers agree)."""
+    return workflow.id % int(os.environ.get("GENEVA_B11_KEYS", "50"))
+
+
+def _b11_body(workflow: Workflow) -> None:
+    started = time.time()
+    time.sleep(float(os.environ.get("GENEVA_B11_WORK_S", "0.02")))
+    record(workflow, 1, started)
+
+
+class LimitedFlow(Workflow):
+    """B11: one step, at most 2 at once per key (SPEC §6.2), ~20 ms of work."""
+
+    may_proceed_without_hero = True
+    concurrency_limit = ConcurrencyLimit("b11-tenant", limit=2, key=_b11_key)
+
+    @step
+    def work(self) -> None:
+        _b11_body(self)
+
+
+class UnlimitedFlow(Workflow):
+    """B11's baseline: the same step without a limit."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def work(self) -> None:
+        _b11_body(self)
+
+
+def _b12_committed(workflow: Workflow, started: float) -> None:
+    """B12: when the parent's fan-out step commits, record (started, commit time) as index 2.
+
+    An instance listener on the step's session, fired by the real commit (not a savepoint's).
+    """
+    from sqlalchemy import event
+
+    from geneva_drive.scheduling import session_of
+
+    session = session_of(workflow)
+    workflow_id = workflow.id
+    done: list[bool] = []
+
+    def committed(_session: object) -> None:
+        # after_commit fires for a released savepoint too; only the real commit counts.
+        if not done and session.get_nested_transaction() is None:
+            done.append(True)
+            line = f"FleetOrder {workflow_id} 2 {started!r} {time.time()!r} {os.getpid()}\n"
+            directory = os.environ.get("GENEVA_BENCH_TIMINGS")
+            if directory:
+                with open(os.path.join(directory, f"{os.getpid()}.commit.log"), "a") as fh:
+                    fh.write(line)
+
+    event.listen(session, "after_commit", committed)
+
+
+class FleetLine(Workflow):
+    """B12's child: one no-op step."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def ship(self) -> None:
+        record(self, 0, time.time())
+
+
+class FleetOrder(Workflow):
+    """B12's parent: one step starts GENEVA_B12_CHILDREN children, the next joins them."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def fan_out(self) -> None:
+        started = time.time()
+        for _ in range(int(os.environ.get("GENEVA_B12_CHILDREN", "1000"))):
+            self.start_child(FleetLine, allow_multiple=True)
+        record(self, 0, started)
+        _b12_committed(self, started)
+
+    @step(wait_for_children=True)
+    def invoice(self) -> None:
+        record(self, 1, time.time())
+
+
+if os.environ.get("GENEVA_BENCH_SQL_COUNT"):  # bench/sql_count.py: statements per step
+    from bench import sql_count
+
+    sql_count.install()

@@ -2,9 +2,9 @@
 """Issue 19: render the MariaDB section of bench/RESULTS.md from this run's JSON results.
 
     .venv/bin/python -m bench.report_mariadb            # run B1 and B3 on PostgreSQL and MariaDB, render
-    .venv/bin/python -m bench.report_mariadb --render   # only re-render from bench/out/*.json
+    .venv/bin/python -m bench.report_mariadb --render   # only re-render from bench/results/run/*.json
 
-B1: bench/engine_inprocess_server.py (both databases in one run) -> bench/out/b1_server.json.
+B1: bench/engine_inprocess_server.py (both databases in one run) -> bench/results/run/b1_server.json.
 B3: bench/engine_celery.py --backend postgres|mariadb --scenarios hops, run back to back
 (results engine_celery_postgres_h19 / engine_celery_mariadb), and the DBOS peer on PostgreSQL
 (bench/peer_dbos.py in bench/.venv-peers, database gd_h19_dbos created and dropped here; DBOS

@@ -3,7 +3,8 @@
     .venv/bin/python -m bench.run            # full run (~10 min quiet, ~45 min on a loaded 2-core machine)
     .venv/bin/python -m bench.run --quick    # small N everywhere (a smoke run, not a verdict)
     .venv/bin/python -m bench.run --only b1,raw --quick
-    .venv/bin/python -m bench.run --render   # re-render RESULTS.md from bench/out/*.json
+    .venv/bin/python -m bench.run --render   # re-render RESULTS.md and README's table from
+                                             # bench/results/run/*.json (committed)
 
 (from the repository root, like every bench script: ``python -m bench.<name>``).
 
@@ -14,7 +15,8 @@ and GENEVA_BENCH_DBOS_DB rename the engine's schema and DBOS's database when ano
 the services). DBOS runs in its own venv
 (bench/.venv-peers, created here with ``pip install dbos``) to keep its dependencies out of
 the project's. Each scenario is a subprocess with a time limit; a failing one is recorded
-and the run goes on. Peers run in the same run, between our scenarios, so ratios compare
+and the run goes on. Its JSON results land in bench/results/run/: commit them with the
+RESULTS.md and README they rendered, so that ``--render`` reproduces both from a clean clone. Peers run in the same run, between our scenarios, so ratios compare
 like with like on a machine whose load changes by the minute.
 """
 
@@ -128,12 +130,33 @@ def run_steps(selected: list[tuple[str, list[str], int]], meta: dict[str, Any]) 
         print(f"   {status} in {meta['steps'][name]['elapsed_s']} s", file=sys.stderr, flush=True)
 
 
+def render_refusal() -> str | None:
+    """Why ``--render`` must not run (None when it may): without the run's JSON every figure
+    would render as a dash and overwrite RESULTS.md and README's table."""
+    meta = OUT / "run_meta.json"
+    if meta.exists():
+        return None
+    return (
+        f"bench.run --render: {meta} is missing, so there are no results to render (every "
+        "figure of bench/RESULTS.md and README's table would become a dash). The results of the "
+        "last full run are committed in bench/results/run/: restore them with "
+        "`git checkout -- bench/results/run`, or produce new ones with `python -m bench.run` "
+        "(GENEVA_BENCH_OUT, when set, must name a directory holding a run's JSON). Nothing "
+        "was written."
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--only", default="")
     parser.add_argument("--render", action="store_true", help="only re-render RESULTS.md")
     args = parser.parse_args()
+    if args.render:
+        refusal = render_refusal()
+        if refusal:
+            print(refusal, file=sys.stderr)
+            return 2
     OUT.mkdir(parents=True, exist_ok=True)
     if not args.render:
         command = " ".join(["-m", "bench.run", *sys.argv[1:]])

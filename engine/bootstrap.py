@@ -15,6 +15,9 @@ import os
 import sys
 from collections.abc import Sequence
 
+from geneva_drive.config import process_variable
+from geneva_drive.errors import ConfigurationError
+
 log = logging.getLogger(__name__)
 
 _imported: set[str] = set()
@@ -23,7 +26,7 @@ _imported: set[str] = set()
 def workflow_module_names(raw: str | Sequence[str] | None = None) -> list[str]:
     """The module names in ``raw`` (a list, or a string separated by commas or whitespace), or
     in ``GENEVA_WORKFLOW_MODULES`` when ``raw`` is None. The one parser of that setting."""
-    value = os.environ.get("GENEVA_WORKFLOW_MODULES", "") if raw is None else raw
+    value = process_variable("GENEVA_WORKFLOW_MODULES") if raw is None else raw
     parts = value.replace(",", " ").split() if isinstance(value, str) else list(value)
     return [part.strip() for part in parts if part.strip()]
 
@@ -53,6 +56,14 @@ def import_workflow_modules(names: list[str] | None = None) -> list[str]:
         except ImportError as exc:
             raise ImportError(
                 f"GENEVA_WORKFLOW_MODULES names {name!r}, which cannot be imported: {exc}"
+            ) from exc
+        except Exception as exc:
+            # A broken module (a misconfigured workflow class, a syntax or name error) is a
+            # configuration problem of this deploy: callers refuse to start with this message
+            # (check-deploy and doctor exit 2) rather than show a traceback.
+            raise ConfigurationError(
+                f"GENEVA_WORKFLOW_MODULES names {name!r}, which fails on import: "
+                f"{type(exc).__name__}: {exc}. Fix the module, or remove it from the setting."
             ) from exc
         _imported.add(name)
         log.info("imported workflow module %s", name)

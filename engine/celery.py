@@ -31,12 +31,18 @@ import time
 from typing import Any
 
 from celery import Celery, Task
-from celery.signals import task_prerun, worker_init, worker_process_init, worker_shutting_down
+from celery.signals import (
+    beat_init,
+    task_prerun,
+    worker_init,
+    worker_process_init,
+    worker_shutting_down,
+)
 
 from geneva_drive import db, executor, inline, prometheus
 from geneva_drive.bootstrap import import_workflow_modules
 from geneva_drive.celery_client import (
-    DEFAULT_BROKER_URL,
+    BROKER_SETTING,
     DISPATCH_DUE_TASK,
     HOUSEKEEPING_TASK,
     PERFORM_STEP_TASK,
@@ -46,8 +52,10 @@ from geneva_drive.celery_client import (
     default_app,
     default_queue,
     new_app,
+    require_broker,
     use_app,
 )
+from geneva_drive.config import process_variable
 from geneva_drive.dispatch import dispatch_due
 from geneva_drive.errors import ConfigurationError
 from geneva_drive.executor import request_shutdown
@@ -77,7 +85,7 @@ def register(celery: Celery) -> Celery:
     # The sweeps go where the host's worker listens for steps: GENEVA_DEFAULT_QUEUE when set,
     # else the host app's own default queue ("celery" unless it says otherwise), which is
     # also where step messages without a queue job option land.
-    queue = os.environ.get("GENEVA_DEFAULT_QUEUE") or celery.conf.task_default_queue
+    queue = process_variable("GENEVA_DEFAULT_QUEUE") or celery.conf.task_default_queue
     schedule.update(beat_schedule(queue))
     celery.conf.beat_schedule = schedule
     use_app(celery)
@@ -170,6 +178,8 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
         _consumed_queues = frozenset(str(name) for name in worker_app.amqp.queues.consume_from)
         _worker_default_queue = str(worker_app.conf.task_default_queue)
     try:
+        # A worker publishes (successors, recovered steps): never to a broker it was not given.
+        require_broker("celery worker", worker_app)
         import_workflow_modules()
         if db._engine is None:
             db.configure()  # refuses an unset GENEVA_DATABASE_URL
@@ -186,6 +196,20 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     # Event metrics (inherited by prefork children) and GENEVA_WORKER_METRICS_PORT's server.
     prometheus.install()
     prometheus.start_worker_server()
+
+
+def _on_beat_init(sender: Any = None, **_: Any) -> None:
+    # Beat publishes the dispatcher and housekeeping tasks: refuse to start without a broker
+    # rather than let Celery fall back to amqp://localhost.
+    beat_app = getattr(sender, "app", None)
+    try:
+        require_broker("celery beat", beat_app)
+    except ConfigurationError as error:
+        if logging.getLogger().handlers:
+            log.critical("GenevaDrive beat cannot start: %s", error)
+        else:
+            print(f"GenevaDrive beat cannot start: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(2) from error
 
 
 def _on_worker_process_init(**_: Any) -> None:
@@ -245,6 +269,7 @@ def _on_worker_shutting_down(**_: Any) -> None:
 
 
 worker_init.connect(_on_worker_init, weak=False)
+beat_init.connect(_on_beat_init, weak=False)
 worker_process_init.connect(_on_worker_process_init, weak=False)
 task_prerun.connect(_on_task_prerun, weak=False)
 worker_shutting_down.connect(_on_worker_shutting_down, weak=False)
@@ -279,7 +304,7 @@ def celery_init_app(flask_app: Any, celery: Celery | None = None) -> Celery:
 app = register_tasks(default_app())
 
 __all__ = [
-    "DEFAULT_BROKER_URL",
+    "BROKER_SETTING",
     "DISPATCH_DUE_TASK",
     "HOUSEKEEPING_TASK",
     "PERFORM_STEP_TASK",

@@ -9,31 +9,64 @@ uses one app and one broker connection pool.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
-from geneva_drive.config import settings
+from geneva_drive.config import process_variable, settings
+from geneva_drive.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from geneva_drive.transport import Message
 
-DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/0"
+#: The setting that names the broker. There is no default: a process that publishes step
+#: messages must be given a broker (or the host's Celery app), SPEC §6.6.
+BROKER_SETTING = "GENEVA_BROKER_URL"
+#: Marks the apps new_app() made (the host's own apps are not checked for a broker).
+_MADE_HERE = "_geneva_drive_made_here"
 #: Task names are stable strings: queued messages outlive refactors of module paths.
 PERFORM_STEP_TASK = "geneva_drive.perform_step"
 DISPATCH_DUE_TASK = "geneva_drive.dispatch_due"
 HOUSEKEEPING_TASK = "geneva_drive.housekeeping"
 
 
-def broker_url() -> str:
-    """``GENEVA_BROKER_URL`` or the local Redis default."""
-    return os.environ.get("GENEVA_BROKER_URL") or DEFAULT_BROKER_URL
+def broker_url() -> str | None:
+    """``GENEVA_BROKER_URL``, or None: no broker was given (and none is guessed)."""
+    return process_variable(BROKER_SETTING) or None
+
+
+def broker_missing(role: str) -> ConfigurationError:
+    """The refusal of a role that would publish step messages without a broker."""
+    return ConfigurationError(
+        f"{role} publishes step messages, but no broker was given: set {BROKER_SETTING} to "
+        "your Celery broker (e.g. redis://HOST:6379/0 or amqp://USER:PASSWORD@HOST:5672/VHOST), "
+        "or give the Flask extension your Celery app (GenevaDrive(app, db=db, celery=celery)). "
+        "Only the embedded `geneva-drive up` and `geneva-drive worker` run without a broker "
+        "(they poll the database)."
+    )
+
+
+def has_broker(celery: Celery | None = None) -> bool:
+    """Was this process given a broker: the host's Celery app (:func:`use_app`), an app with a
+    broker configured, or ``GENEVA_BROKER_URL``?"""
+    if celery is None:
+        if _host_given:
+            return True
+        celery = default_app()
+    if not getattr(celery, _MADE_HERE, False):
+        return True  # a host's own app: configured by the host
+    return bool(celery.conf.broker_url or broker_url())
+
+
+def require_broker(role: str, celery: Celery | None = None) -> None:
+    """Refuse to start ``role`` (raise ConfigurationError naming the setting) without a broker."""
+    if not has_broker(celery):
+        raise broker_missing(role)
 
 
 def default_queue() -> str:
     """``GENEVA_DEFAULT_QUEUE``: the queue for steps without a ``queue`` job option."""
-    return os.environ.get("GENEVA_DEFAULT_QUEUE") or "default"
+    return process_variable("GENEVA_DEFAULT_QUEUE") or "default"
 
 
 def beat_schedule(queue: str | None = None) -> dict[str, dict[str, Any]]:
@@ -59,7 +92,10 @@ def beat_schedule(queue: str | None = None) -> dict[str, dict[str, Any]]:
 def new_app(url: str | None = None) -> Celery:
     """A configured Celery app (broker, queue, acks, beat schedule), without the tasks."""
     # Not the process's "current" Celery app: a host's shared_task must not bind to this one.
+    # Without a URL the app has no broker (Celery would fall back to amqp://localhost at the
+    # first send): every role that publishes refuses to start then (require_broker).
     celery = Celery("geneva_drive", broker=url or broker_url(), set_as_current=False)
+    setattr(celery, _MADE_HERE, True)
     queue = default_queue()
     celery.conf.update(
         task_ignore_result=True,
@@ -76,6 +112,8 @@ def new_app(url: str | None = None) -> Celery:
 
 
 _default: Celery | None = None
+#: The host gave its own Celery app (use_app): its broker is the host's business.
+_host_given = False
 
 
 def default_app() -> Celery:
@@ -89,8 +127,9 @@ def default_app() -> Celery:
 
 def use_app(celery: Celery) -> None:
     """Send step messages through ``celery`` (a host's own app) from now on."""
-    global _default
+    global _default, _host_given
     _default = celery
+    _host_given = True
 
 
 class CeleryTransport:
@@ -105,6 +144,11 @@ class CeleryTransport:
         return self._celery if self._celery is not None else default_app()
 
     def send(self, message: Message) -> None:
+        celery = self.celery
+        if self._celery is None and not has_broker():
+            # Never to a broker this process was not given (the roles refuse at start; this is
+            # the backstop): the row stays unsent-or-sent in the database either way.
+            raise broker_missing("this process")
         options: dict[str, Any] = {"task_id": message.job_id}
         if message.queue:
             options["queue"] = message.queue
@@ -114,4 +158,4 @@ class CeleryTransport:
             options["countdown"] = message.countdown
         if message.eta is not None:
             options["eta"] = message.eta
-        self.celery.send_task(PERFORM_STEP_TASK, args=[message.execution_id], **options)
+        celery.send_task(PERFORM_STEP_TASK, args=[message.execution_id], **options)

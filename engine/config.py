@@ -27,6 +27,7 @@ _DURATION_FIELDS = {
 }
 _NULLABLE_FIELDS = {
     "delete_completed_workflows_after",
+    "archive_completed_workflows_to",
     "waiting_visibility_threshold",
     "max_cursor_size",
     "max_signal_payload_size",
@@ -58,6 +59,10 @@ class Settings:
     #: GENEVA_DELETE_COMPLETED_WORKFLOWS_AFTER — housekeeping deletes finished/canceled
     #: workflows whose ``transitioned_at`` is older. None disables deletion.
     delete_completed_workflows_after: timedelta | None = timedelta(days=30)
+    #: GENEVA_ARCHIVE_COMPLETED_WORKFLOWS_TO — a directory: housekeeping then writes those
+    #: workflows (with their executions and signals) there as gzip JSON Lines, one file per
+    #: day, verified, before it deletes them (geneva_drive.archive). None: delete only.
+    archive_completed_workflows_to: str | None = None
     #: GENEVA_STUCK_IN_PROGRESS_THRESHOLD — an in_progress execution started longer ago is stuck.
     stuck_in_progress_threshold: timedelta = timedelta(hours=1)
     #: GENEVA_STUCK_SCHEDULED_THRESHOLD — a scheduled execution overdue by longer is stuck.
@@ -195,3 +200,28 @@ def _coerce(name: str, value: Any) -> Any:
 
 settings = Settings()
 settings.load_env()
+
+
+#: The process-level variables: what a process connects to, reads its workflows from and
+#: serves, as opposed to ``settings`` (how the engine behaves). The one list of them outside
+#: ``Settings``; each is read where it is used, at that moment (a CLI or a test sets it first).
+PROCESS_VARIABLES = {
+    "GENEVA_DATABASE_URL": "the workflow database (db.database_url)",
+    "GENEVA_POOL_PING_AFTER": "seconds a pooled connection may idle before it is tested (db)",
+    "GENEVA_BROKER_URL": "the Celery broker (celery_client.broker_url)",
+    "GENEVA_DEFAULT_QUEUE": "the queue of steps without a queue job option, and of the sweeps",
+    "GENEVA_WORKFLOW_MODULES": "the modules a worker imports its workflows from (bootstrap)",
+    "GENEVA_WORKER_METRICS_PORT": "the worker's /metrics port (prometheus)",
+    "GENEVA_WORKER_METRICS_ADDR": "the address the worker's /metrics port binds (prometheus)",
+    "GENEVA_LOG_LEVEL": "the log level of the geneva-drive command (cli)",
+    "GENEVA_BULK_CAP": "the most workflows one CLI bulk action may touch (operator_cli)",
+    "GENEVA_METRICS_TOKEN": "the bearer token /metrics requires (dashboard metrics)",
+}
+
+
+def process_variable(name: str) -> str:
+    """The value of process-level variable ``name`` (:data:`PROCESS_VARIABLES`), stripped;
+    "" when it is unset."""
+    if name not in PROCESS_VARIABLES:
+        raise KeyError(f"{name} is not a process-level variable; add it to PROCESS_VARIABLES")
+    return os.environ.get(name, "").strip()

@@ -4,18 +4,22 @@
 
     EngineError
     ├── InvalidStateError            operator action on a workflow in the wrong state
-    ├── InvalidStateTransition       an illegal executor transition (engine bug or forced state)
+    ├── InvalidTransitionError       an illegal executor transition (engine bug or forced state)
     ├── StepConfigurationError       the workflow class is misconfigured (raised at class definition)
-    ├── StepExecutionError           carries .step_execution and .workflow
-    │   └── StepNotDefinedError      the step named by an execution no longer exists
+    ├── StepExecutionError           carries the execution's and the workflow's ids and names
+    │   ├── StepNotDefinedError      the step named by an execution no longer exists
+    │   └── DatabaseConnectionLostError  the connection died after the step wrote: attempt failed
     ├── CursorTooLargeError          a resumable cursor over settings.max_cursor_size
     ├── SignalPayloadTooLargeError   a signal payload over settings.max_signal_payload_size
-    ├── WorkflowNotOngoing           signal() on a finished or canceled workflow
+    ├── WorkflowNotOngoingError      signal() on a finished or canceled workflow
     └── DuplicateWorkflowError       a second ongoing workflow of one class for one hero
 
 Flow-control interrupts are *not* errors; they live in :mod:`geneva_drive.flow_control`. A
 step's own exception (or a condition's) is re-raised as itself once its outcome is committed,
 so the gem's StepFailedError and PreconditionError have no Python counterpart.
+
+``InvalidStateTransition`` and ``WorkflowNotOngoing``, the gem's names (SPEC §2 lists them), are
+kept as aliases of the same classes: ``except`` either name catches the error.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ class InvalidStateError(EngineError):
     pass
 
 
-class InvalidStateTransition(EngineError):
+class InvalidTransitionError(EngineError):
     pass
 
 
@@ -44,14 +48,29 @@ class StepConfigurationError(EngineError):
 
 
 class StepExecutionError(EngineError):
+    """Names what failed by ids and names, not by ORM objects: the error is raised after the
+    commit and outlives its session (logged, reported, pickled), where a row would be detached,
+    fail on attribute access and keep the session's objects alive. The constructor takes the
+    execution and the workflow (the gem's ``step_execution:`` and ``workflow:``) and keeps
+    only their identities."""
+
     def __init__(self, message: str, *, step_execution: Any = None, workflow: Any = None) -> None:
         super().__init__(message)
-        self.step_execution = step_execution
-        self.workflow = workflow
+        self.step_execution_id: int | None = getattr(step_execution, "id", None)
+        self.step_name: str | None = getattr(step_execution, "step_name", None)
+        self.workflow_id: int | None = getattr(workflow, "id", None)
+        self.workflow_class: str | None = None if workflow is None else type(workflow).__name__
 
 
 class StepNotDefinedError(StepExecutionError):
     pass
+
+
+class DatabaseConnectionLostError(StepExecutionError):
+    """The database connection died after a step wrote through ``self.session``: those writes
+    were rolled back with it, so the attempt failed (never recorded as a success without them).
+    The step's exception policy decides what happens next; ``__cause__`` is the driver's error.
+    """
 
 
 class CursorTooLargeError(EngineError):
@@ -62,7 +81,7 @@ class SignalPayloadTooLargeError(EngineError):
     pass
 
 
-class WorkflowNotOngoing(EngineError):
+class WorkflowNotOngoingError(EngineError):
     pass
 
 
@@ -70,5 +89,6 @@ class DuplicateWorkflowError(EngineError):
     pass
 
 
-# The gem's name for the transition error is kept; this alias follows the house style's name.
-InvalidTransitionError = InvalidStateTransition
+# The gem's names (SPEC §2): the same classes, so code written against either keeps working.
+InvalidStateTransition = InvalidTransitionError
+WorkflowNotOngoing = WorkflowNotOngoingError

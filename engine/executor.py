@@ -5,41 +5,60 @@
    removed step, cancel_if, skip_if, the signal gate), then the start transition.
 2. **Body**, with no lock and no transaction of ours: the step method runs; flow control,
    resumable interruptions and exceptions are captured as a result.
-3. **Finalize**, under the locks again: the result becomes the execution's state and outcome,
-   the workflow's state, and the next execution.
+3. **Finalize**, under the locks again: the result becomes a :class:`~geneva_drive.outcomes.
+   Decision` (engine/outcomes.py, one table for returns, flow control and exception policies),
+   recorded as the execution's state and outcome, the workflow's one new state (``finished``
+   straight from ``performing`` after the last step), and the next execution.
 
 Any exception destined for the caller (a step's own exception, StepNotDefinedError) is raised
 only after the transaction that records it has committed, so nothing is lost or rolled back.
+
+The body's own writes (through ``self.session``, hooks included) commit if and only if the
+attempt's outcome commits as one the step chose (it returned, or called flow control) or as a
+resumable checkpoint, with the cursor. They roll back when the body raised, when an operator or
+housekeeping discarded the attempt while it ran (paused, canceled, skipped, moved past, stale),
+and when the database connection died under them: then the attempt fails through its exception
+policy with :class:`DatabaseConnectionLostError` instead of succeeding without them.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Table, bindparam, select
+from sqlalchemy import Engine, Table, bindparam, event, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, inline, persistence, scheduling, signals
+from geneva_drive import children, db, inline, limits, persistence, scheduling, signals, timeouts
 from geneva_drive.compiled import Compiled
 from geneva_drive.config import settings
-from geneva_drive.errors import StepConfigurationError, StepNotDefinedError
+from geneva_drive.dialects import dialect_for
+from geneva_drive.errors import (
+    DatabaseConnectionLostError,
+    StepConfigurationError,
+    StepNotDefinedError,
+)
 from geneva_drive.flow_control import FlowAction, FlowInterrupt, Interrupt
 from geneva_drive.instrumentation import (
     ContextAdapter,
     inline_successor,
     instrument,
+    log_context,
+    report_context,
     report_error,
 )
 from geneva_drive.iteration import IterableStep
 from geneva_drive.models import Signal, StepExecution
+from geneva_drive.outcomes import Action, Cause, Decision, Follow, decide, prepare_failed
 from geneva_drive.policies import PolicyResult, resolution_stack
 from geneva_drive.shutdown import clear_shutdown, request_shutdown, shutdown_requested
+from geneva_drive.signal_matcher import matcher_name
 from geneva_drive.states import (
     Outcome,
     StepState,
@@ -53,10 +72,12 @@ from geneva_drive.transitions import (
     complete_execution,
     fail_execution,
     park_execution,
+    run_outcome,
     skip_execution,
     start_execution,
+    transition_step,
+    transition_workflow,
     workflow_canceled,
-    workflow_finished,
     workflow_paused,
     workflow_performing,
     workflow_ready,
@@ -64,6 +85,45 @@ from geneva_drive.transitions import (
 from geneva_drive.workflow import Workflow, executing
 
 log = logging.getLogger("geneva_drive.executor")
+
+# --- did the body write? -------------------------------------------------------------------
+# A write the body sent to the server (an INSERT through session.execute, a flush) is in the
+# session's transaction but no longer among its pending ORM changes. A dead connection loses it
+# with the transaction, so finalize must know it happened: while a body runs, every statement
+# its thread sends that is not a plain read marks the session (session.info). A commit (a
+# resumable checkpoint) or a rollback clears the mark: those writes are settled.
+_WROTE = "geneva_body_wrote"
+_watch = threading.local()
+
+
+def _is_read(statement: str) -> bool:
+    return statement.lstrip()[:6].upper() in ("SELECT", "SHOW", "PRAGMA")
+
+
+@event.listens_for(Engine, "before_cursor_execute")
+def _note_body_write(
+    _conn: Any, _cursor: Any, statement: str, _params: Any, _context: Any, _many: bool
+) -> None:
+    session: Session | None = getattr(_watch, "session", None)
+    # Only the body session's own engine: a statement the body sends through another engine
+    # (an admin connection, another database) is not in the step's transaction.
+    if session is not None and not _is_read(statement) and _conn.engine is session.get_bind():
+        session.info[_WROTE] = True
+
+
+@event.listens_for(Session, "after_commit")
+@event.listens_for(Session, "after_rollback")
+def _writes_settled(session: Session) -> None:
+    if session.info:
+        session.info.pop(_WROTE, None)
+
+
+def _has_pending_changes(session: Session) -> bool:
+    """ORM changes not yet flushed (``dirty`` lists any object whose attribute was set; only a
+    net change counts)."""
+    if session.new or session.deleted:
+        return True
+    return any(session.is_modified(obj) for obj in session.dirty)
 
 
 @dataclass
@@ -120,7 +180,20 @@ def execute(
                 workflow_id=ran.workflow_id,
                 steps=budget.steps if budget is not None else 0,
             )
-        ran = _execute_one(ran.successor_id, session, interruptible, max_iterations, False, budget)
+        successor_id, workflow_id = ran.successor_id, ran.workflow_id
+        try:
+            ran = _execute_one(successor_id, session, interruptible, max_iterations, False, budget)
+        except Exception as error:
+            # The successor's own failure: its outcome is committed and was reported under its
+            # own execution by its executor. It is not the delivered task's failure (that step
+            # succeeded), so it is logged under the successor's ids, not raised from here
+            # (Celery would count it against the predecessor's task id).
+            ContextAdapter(log, {"execution_id": successor_id, "workflow_id": workflow_id}).info(
+                "inline successor execution %s raised %s: recorded on its own execution",
+                successor_id,
+                type(error).__name__,
+            )
+            break
     return first is not None
 
 
@@ -219,8 +292,13 @@ def consecutive_reattempt_count(session: Session, workflow: Workflow, step_name:
     return sum(
         1
         for metadata in session.scalars(query)
-        if (metadata or {}).get("reattempt_reason") != "flow_control"
+        if (metadata or {}).get("reattempt_reason") not in ("flow_control", "discarded")
     )
+
+
+def _discarded(workflow: Workflow, execution: StepExecution) -> bool:
+    """Has the attempt been taken from under its body (an operator, housekeeping)?"""
+    return execution.state != StepState.IN_PROGRESS or workflow.state != WorkflowState.PERFORMING
 
 
 class Executor:
@@ -253,6 +331,8 @@ class Executor:
         self.workflow: Workflow | None = None
         #: Its id, kept as a plain value (the object expires at commit).
         self.workflow_id: int | None = None
+        #: Finalize: the connection died under writes the body had made (they are gone).
+        self.lost: DBAPIError | None = None
 
     # --- locking -----------------------------------------------------------------------
 
@@ -271,7 +351,7 @@ class Executor:
         session = self.session
         db.begin_write(session)
         persistence.flush(session)
-        statement = _LOCK_SQLITE if db.is_sqlite(session) else _LOCK_FOR_UPDATE
+        statement = _LOCK_FOR_UPDATE if dialect_for(session).row_locks else _LOCK_SQLITE
         row = statement.first(session.connection(), {"execution_id": self.execution_id})
         if row is None:
             return None
@@ -284,25 +364,41 @@ class Executor:
         self.workflow = workflow
         return workflow, execution
 
-    def _lock_reconnecting(self) -> tuple[Workflow, StepExecution] | None:
+    def _lock_reconnecting(
+        self, *, body_wrote: bool = False
+    ) -> tuple[Workflow, StepExecution] | None:
         """``_lock()``, once more on a new connection if the pooled one turned out dead.
 
         A connection used moments ago is handed out untested (engine/db.py: the idle-window
         check), so a database restart or a killed backend since then shows up here, at the
-        phase's first statement. Nothing is lost by starting the phase again when nothing was
-        pending (the session's own changes would be discarded by the rollback): a disconnect
-        invalidates the pool's other connections too, and the retry runs on a new one. With
-        pending changes the error propagates, as any other database error does.
+        phase's first statement. A disconnect invalidates the pool's other connections too, and
+        the retry runs on a new one.
+
+        Starting the phase again loses nothing when the transaction held nothing of the step's.
+        When it did - ``body_wrote`` (statements the body already sent) or changes not yet
+        flushed - those writes died with the connection: the phase still starts again, on a new
+        connection, but ``self.lost`` records the error, and finalize fails the attempt with
+        it instead of recording an outcome without the writes.
         """
         session = self.session
-        pending = bool(session.new or session.dirty or session.deleted)
+        pending = body_wrote or _has_pending_changes(session)
         try:
             return self._lock()
         except DBAPIError as error:
-            if pending or not error.connection_invalidated:
+            if not error.connection_invalidated:
                 raise
             session.rollback()
-            self.log.warning("database connection lost (%s); starting the phase again", error.orig)
+            if pending:
+                self.lost = error
+                self.log.warning(
+                    "database connection lost (%s) after the step wrote through its session; "
+                    "those writes were rolled back, so this attempt fails",
+                    error.orig,
+                )
+            else:
+                self.log.warning(
+                    "database connection lost (%s); starting the phase again", error.orig
+                )
             return self._lock()
 
     def _settle_inline(self, *, runs_next: bool) -> None:
@@ -326,14 +422,7 @@ class Executor:
         self.session.commit()
 
     def _context(self, workflow: Workflow, execution: StepExecution) -> dict[str, Any]:
-        return {
-            "workflow_id": workflow.id,
-            "workflow_class": type(workflow).__name__,
-            "step_execution_id": execution.id,
-            "step_name": execution.step_name,
-            "hero_type": workflow.hero_type,
-            "hero_id": workflow.hero_id,
-        }
+        return report_context(workflow, execution)
 
     def _payload(self, workflow: Workflow, execution: StepExecution) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -363,17 +452,7 @@ class Executor:
                     self.log.warning("step execution not found; nothing to do")
                 return False
             workflow, execution = locked
-            self.log = ContextAdapter(
-                log,
-                {
-                    "workflow": type(workflow).__name__,
-                    "workflow_id": workflow.id,
-                    "hero_type": workflow.hero_type,
-                    "hero_id": workflow.hero_id,
-                    "execution_id": execution.id,
-                    "step": execution.step_name,
-                },
-            )
+            self.log = ContextAdapter(log, log_context(workflow, execution))
             prepared = self.prepare(workflow, execution)
             # A step that did not start here (skipped, say) may have scheduled its successor.
             self._settle_inline(runs_next=prepared is None)
@@ -385,7 +464,7 @@ class Executor:
             self._commit(
                 asynchronous=prepared is not None
                 and not settings.synchronous_start_commit
-                and not db.is_sqlite(self.session)
+                and dialect_for(self.session).asynchronous_commit
             )
         except BaseException:
             inline.disarm(self.session)
@@ -397,16 +476,29 @@ class Executor:
             return True
         step_def, signal = prepared
 
-        result = self.run_body(workflow, execution, step_def, signal)
-        if isinstance(result, Captured) and isinstance(result.error, SQLAlchemyError):
-            # The body's own database work failed (a dropped connection, a refused write): that
-            # transaction cannot commit. Roll it back so the outcome is recorded now, by policy,
-            # instead of the execution sitting in_progress until housekeeping finds it stuck.
+        try:
+            result = self.run_body(workflow, execution, step_def, signal)
+        except BaseException:
+            # A hook raised: it escapes with the execution in progress (housekeeping recovers
+            # it), and the attempt's writes roll back, in the caller's session too.
             self.session.rollback()
+            raise
+        wrote = bool(self.session.info.get(_WROTE)) or _has_pending_changes(self.session)
+        if isinstance(result, Captured):
+            # The attempt failed: what it wrote since its last checkpoint rolls back (a step that
+            # raised is not a success; its policy may run it again). The body's own database
+            # error (a dropped connection, a refused write) leaves a transaction that cannot
+            # commit anyway: rolled back, the outcome is recorded now, by policy, instead of the
+            # execution sitting in_progress until housekeeping finds it stuck.
+            self.session.rollback()
+            wrote = False
 
         try:
             inline.arm(self.session, self.budget)
-            self.finalize(workflow, execution, step_def, result)
+            self.finalize(workflow, execution, step_def, result, body_wrote=wrote)
+            if execution.limit_slot is not None or execution.step_limit_slot is not None:
+                # Wake the next in line (SPEC §6.2).
+                limits.release(self.session, execution, scheduling.enqueue_execution)
             self._settle_inline(runs_next=True)
             self._commit()
         except BaseException:
@@ -456,6 +548,10 @@ class Executor:
             workflow_paused(workflow)
             self.log.error("%s; pausing the workflow", message)
             self.error = error
+            # Counted like every other step run that ended (step_executions_total), with an
+            # outcome of its own: a deploy that stranded workflows shows on the dashboards.
+            with instrument("step", self._payload(workflow, execution)) as payload:
+                payload["outcome"] = "step_not_defined"
             return None
         self.step_def = step_def
         if step_def.removed:
@@ -473,13 +569,30 @@ class Executor:
         if step_def.waits_for_signal:
             if execution.signal_id is not None:
                 signal = session.get(Signal, execution.signal_id)
-            else:
+            elif execution.timed_out_at is None:  # else: on_timeout="run" fired, no signal
                 signal = signals.attach_at_gate(session, workflow, execution, step_def)
-                if signal is None:
-                    park_execution(execution)
+                if signal is None and not (
+                    step_def.timeout is not None
+                    and timeouts.continues_timed_out_run(session, execution)
+                ):
+                    park_execution(
+                        execution, matcher_name(step_def.signal_matcher), step_def.timeout
+                    )
                     self.log.info("parked waiting for %s", step_def.signal_matcher)
                     return None
+        elif step_def.wait_for_children and not children.pass_gate(
+            session, workflow, execution, step_def
+        ):
+            return None  # parked until its children end, or on_child_failure ended it
 
+        if (
+            execution.limit_slot is not None
+            or execution.step_limit_slot is not None
+            or execution.rate_slot is not None
+        ) and not limits.claim(
+            session, workflow, execution, step_def, scheduling.enqueue_execution
+        ):
+            return None  # deferred: still scheduled, not an attempt (SPEC §6.2)
         start_execution(execution)
         workflow_performing(workflow, step_def.name)
         if execution.continues_from_id is not None:
@@ -517,7 +630,6 @@ class Executor:
         self, workflow: Workflow, execution: StepExecution, error: Exception
     ) -> None:
         """Any other exception in prepare: the step fails, the policy moves only the workflow."""
-        session = self.session
         try:
             step_def = workflow.steps.named(execution.step_name)
         except Exception:
@@ -526,20 +638,7 @@ class Executor:
         fail_execution(execution)
         result = self.resolve(workflow, step_def, execution.step_name, error)
         self.report(workflow, execution, error, result)
-        action = result.action
-        if action == "reattempt":
-            workflow_ready(workflow)
-            if step_def is not None and step_def.resumable:
-                scheduling.create_successor_execution(session, workflow, execution, result.wait)
-            else:
-                scheduling.reschedule_current_step(session, workflow, result.wait)
-        elif action == "cancel":
-            workflow_canceled(workflow)
-        elif action == "skip":
-            workflow_ready(workflow)
-            scheduling.schedule_next_step(session, workflow)
-        else:
-            workflow_paused(workflow)
+        self._follow(workflow, execution, step_def, prepare_failed(result.decision), result.wait)
         self.log.error(
             "prepare raised %s: %s; workflow now %s", type(error).__name__, error, workflow.state
         )
@@ -554,9 +653,17 @@ class Executor:
         step_def: StepDefinition,
         signal: Signal | None,
     ) -> Result:
+        """The hooks and the body. What the hooks write follows the attempt's outcome as the
+        body's writes do. A hook's exception escapes (reference engine-core §4.3: the execution
+        stays in_progress for housekeeping); ``run()`` rolls the attempt's writes back."""
         self.start_time = time.monotonic()
         previous = workflow.received_signal
         workflow.received_signal = signal
+        # After on_timeout="run" (SPEC §6.1); the class attribute says False everywhere else.
+        if execution.timed_out_at is not None:
+            workflow.wait_timed_out = True
+        self.session.info.pop(_WROTE, None)
+        _watch.session = self.session
         try:
             with executing(workflow):
                 workflow.before_step_execution(execution)
@@ -565,7 +672,9 @@ class Executor:
                 )
                 workflow.after_step_execution(execution)
         finally:
+            _watch.session = None
             workflow.received_signal = previous
+            workflow.__dict__.pop("wait_timed_out", None)
         return result
 
     def execute_step(
@@ -645,12 +754,31 @@ class Executor:
         execution: StepExecution,
         step_def: StepDefinition,
         result: Result,
+        *,
+        body_wrote: bool = False,
     ) -> None:
-        locked = self._lock_reconnecting()
+        locked = self._lock_reconnecting(body_wrote=body_wrote)
+        wrote = body_wrote and self.lost is None
         if locked is None:
+            if wrote:
+                self.session.rollback()  # nothing to record them with
             self.log.warning("step execution vanished before finalize (workflow deleted?)")
             return
         workflow, execution = locked
+        if wrote and _discarded(workflow, execution):
+            # The attempt is discarded: its writes roll back before its outcome is recorded.
+            # That ends this transaction and its locks; the rows are locked and read again.
+            self.session.rollback()
+            locked = self._lock_reconnecting()
+            if locked is None:
+                self.log.warning("step execution vanished before finalize (workflow deleted?)")
+                return
+            workflow, execution = locked
+            if not _discarded(workflow, execution):
+                # Paused, then resumed between the two locks: the step counts as running again,
+                # but its writes are gone. It runs again, as after a pause it would have.
+                self._rerun_discarded(workflow, execution, step_def)
+                return
         payload = self._payload(workflow, execution)
         with instrument("finalize", payload):
             if execution.state != StepState.IN_PROGRESS:
@@ -684,72 +812,119 @@ class Executor:
             # The workflow's transition out of performing clears current_step_name; the step
             # that ran stays the reference for scheduling through ``current``.
             self.current = workflow.current_step_name or step_def.name
+            if self.lost is not None and not isinstance(result, Captured):
+                result = Captured(self._connection_lost_error(workflow, execution))
             self._apply_result(workflow, execution, step_def, result)
             if self.error is None:
                 payload["workflow_state"] = workflow.state
                 payload["step_state"] = execution.state
 
+    def _connection_lost_error(
+        self, workflow: Workflow, execution: StepExecution
+    ) -> DatabaseConnectionLostError:
+        lost = self.lost
+        error = DatabaseConnectionLostError(
+            f"The database connection was lost ({lost.orig if lost else 'disconnect'}) after "
+            f"step '{execution.step_name}' of {type(workflow).__name__} #{workflow.id} wrote "
+            "through self.session; those writes were rolled back with it, so this attempt "
+            "failed instead of succeeding without them. The exception policy decides what "
+            "follows (match DatabaseConnectionLostError to reattempt; resume() runs the step "
+            "again).",
+            step_execution=execution,
+            workflow=workflow,
+        )
+        error.__cause__ = lost
+        return error
+
+    def _rerun_discarded(
+        self, workflow: Workflow, execution: StepExecution, step_def: StepDefinition
+    ) -> None:
+        """The attempt's writes were rolled back as discarded, but the workflow runs this step
+        again meanwhile: record it as reattempted (not counted against a policy's
+        ``max_reattempts``) and schedule the step once more."""
+        self.current = workflow.current_step_name or step_def.name
+        decision = decide(Cause.STEP, FlowAction.REATTEMPT)
+        self._apply(workflow, execution, step_def, decision, reason="discarded")
+        self.log.warning("the step's writes were discarded; it runs again")
+
     def _apply_result(
         self, workflow: Workflow, execution: StepExecution, step_def: StepDefinition, result: Result
     ) -> None:
-        session = self.session
-        if isinstance(result, Completed):
-            complete_execution(execution)
-            signals.resolve_attached(session, execution)
-            workflow_ready(workflow)
-            scheduling.schedule_next_step(session, workflow, current=self.current)
-        elif isinstance(result, Interruption):
-            complete_execution(execution, Outcome.CONTINUED)
-            workflow_ready(workflow)
-            scheduling.create_successor_execution(session, workflow, execution, result.wait)
-        elif isinstance(result, FlowInterrupt):
-            self._apply_flow_control(workflow, execution, step_def, result)
-        else:
+        if isinstance(result, Captured):
             self.handle_policy(workflow, execution, step_def, result.error, "exception_policy")
+            return
+        wait: timedelta | None = None
+        if isinstance(result, Completed):
+            decision = decide(Cause.STEP, Action.COMPLETED)
+        elif isinstance(result, Interruption):
+            decision = decide(Cause.STEP, Action.INTERRUPTED)
+            wait = result.wait
+        else:
+            decision = decide(Cause.STEP, result.action, resumable=step_def.resumable)
+            wait = result.wait
+            if decision.reattempts and step_def.resumable and result.options.get("rewind"):
+                execution.cursor = None
+        self._apply(workflow, execution, step_def, decision, wait=wait, reason="flow_control")
 
-    def _apply_flow_control(
+    def _apply(
         self,
         workflow: Workflow,
         execution: StepExecution,
         step_def: StepDefinition,
-        signal: FlowInterrupt,
+        decision: Decision,
+        *,
+        wait: timedelta | None = None,
+        error: Exception | None = None,
+        reason: str,
     ) -> None:
+        """Record ``decision`` (engine/outcomes.py): close the execution, then move the workflow
+        once and schedule what follows. ``reason`` is a reattempt's ``reattempt_reason``."""
+        # The execution held the workflow's one current slot while in progress: once it is
+        # closed no stray execution can exist, and the last step's finish need not sweep.
+        was_running = execution.state == StepState.IN_PROGRESS
+        if decision.records_error and error is not None:
+            write_error(execution, error)
+        outcome = decision.outcome if decision.outcome is not None else run_outcome(execution)
+        transition_step(execution, decision.step_state, outcome)
+        if decision.reattempts:
+            if error is None:
+                execution.merge_metadata(reattempt_reason=reason)
+            else:
+                execution.merge_metadata(reattempt_reason=reason, exception=exception_info(error))
+        if decision.resolves_signal:
+            signals.resolve_attached(self.session, execution)
+        self._follow(workflow, execution, step_def, decision, wait, sweep=not was_running)
+
+    def _follow(
+        self,
+        workflow: Workflow,
+        execution: StepExecution,
+        step_def: StepDefinition | None,
+        decision: Decision,
+        wait: timedelta | None,
+        *,
+        sweep: bool = True,
+    ) -> None:
+        """The workflow's one transition for ``decision``, and the execution that follows."""
         session = self.session
-        action = signal.action
-        if action == FlowAction.CANCEL:
-            cancel_execution(execution)
-            workflow_canceled(workflow)
-        elif action == FlowAction.PAUSE:
-            if step_def.resumable:
-                complete_execution(execution, Outcome.WORKFLOW_PAUSED)
-            else:
-                cancel_execution(execution)
-            workflow_paused(workflow)
-        elif action == FlowAction.REATTEMPT:
-            if step_def.resumable and signal.options.get("rewind"):
-                execution.cursor = None
-            complete_execution(execution, Outcome.REATTEMPTED)
-            execution.merge_metadata(reattempt_reason="flow_control")
+        follow = decision.follow
+        if follow == Follow.NEXT_STEP:
+            following = scheduling.following_step(workflow, self.current)
+            if following is None:
+                # Out of steps: finished straight from performing, not through ready.
+                scheduling.finish_workflow(session, workflow, sweep=sweep)
+                return
             workflow_ready(workflow)
-            if step_def.resumable:
-                scheduling.create_successor_execution(session, workflow, execution, signal.wait)
-            else:
-                scheduling.reschedule_current_step(
-                    session, workflow, signal.wait, current=self.current
-                )
-        elif action == FlowAction.SKIP:
-            skip_execution(execution)
-            signals.resolve_attached(session, execution)
-            workflow_ready(workflow)
-            scheduling.schedule_next_step(session, workflow, current=self.current)
-        elif action == FlowAction.FINISHED:
-            complete_execution(execution)
-            signals.resolve_attached(session, execution)
-            workflow_finished(workflow)
-        elif action == FlowAction.SUSPEND:
-            complete_execution(execution, Outcome.CONTINUED)
-            workflow_ready(workflow)
-            scheduling.create_successor_execution(session, workflow, execution, signal.wait)
+            scheduling.create_step_execution(
+                session, workflow, following, wait if wait is not None else following.wait
+            )
+            return
+        transition_workflow(workflow, decision.workflow_state)
+        resumable = step_def is not None and step_def.resumable
+        if follow == Follow.SUCCESSOR or (follow == Follow.SAME_STEP and resumable):
+            scheduling.create_successor_execution(session, workflow, execution, wait)
+        elif follow == Follow.SAME_STEP:
+            scheduling.reschedule_current_step(session, workflow, wait, current=self.current)
 
     # --- exception policies -------------------------------------------------------------------
 
@@ -787,38 +962,18 @@ class Executor:
         reason: str,
     ) -> None:
         """Resolve, report and apply the policy for a body or precondition exception."""
-        session = self.session
         result = self.resolve(workflow, step_def, step_def.name, error)
         self.report(workflow, execution, error, result)
-        action = result.action
-        if action == "reattempt":
-            complete_execution(execution, Outcome.REATTEMPTED)
-            execution.merge_metadata(reattempt_reason=reason, exception=exception_info(error))
-            workflow_ready(workflow)
-            if step_def.resumable:
-                scheduling.create_successor_execution(session, workflow, execution, result.wait)
-            else:
-                scheduling.reschedule_current_step(
-                    session, workflow, result.wait, current=self.current
-                )
-        elif action == "cancel":
-            write_error(execution, error)
-            fail_execution(execution, Outcome.CANCELED)
-            workflow_canceled(workflow)
-        elif action == "skip":
-            skip_execution(execution)
-            signals.resolve_attached(session, execution)
-            workflow_ready(workflow)
-            scheduling.schedule_next_step(session, workflow, current=self.current)
-        elif action == "finished":
-            complete_execution(execution)
-            signals.resolve_attached(session, execution)
-            workflow_finished(workflow)
-        else:
-            write_error(execution, error)
-            fail_execution(execution)
-            workflow_paused(workflow)
-        self.log.info("%s raised %s; policy %s", reason, type(error).__name__, action)
+        self._apply(
+            workflow,
+            execution,
+            step_def,
+            result.decision,
+            wait=result.wait,
+            error=error,
+            reason=reason,
+        )
+        self.log.info("%s raised %s; policy %s", reason, type(error).__name__, result.action)
         self.error = error
 
 

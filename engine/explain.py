@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from geneva_drive import scheduling
+from geneva_drive import children, limits, scheduling
 from geneva_drive.config import settings
 from geneva_drive.models import OperatorAction, StepExecution, utcnow
 from geneva_drive.states import (
     CURRENT_STEP_STATES,
     RUNNABLE_WORKFLOW_STATES,
     Operation,
+    Outcome,
     StepState,
     WorkflowState,
 )
@@ -41,6 +42,35 @@ def humanize(delta: timedelta) -> str:
     if seconds < 86400 * 2:
         return f"{seconds // 3600} h"
     return f"{seconds // 86400} days"
+
+
+def humanize_remaining(delta: timedelta) -> str:
+    """A time left, to the two largest units: "2 d 22 h", "5 h 12 min", "1 min 30 s", "45 s"."""
+    seconds = max(0, int(delta.total_seconds()))
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    for big, big_unit, small, small_unit in (
+        (days, "d", hours, "h"),
+        (hours, "h", minutes, "min"),
+        (minutes, "min", seconds, "s"),
+    ):
+        if big:
+            return f"{big} {big_unit} {small} {small_unit}" if small else f"{big} {big_unit}"
+    return f"{seconds} s"
+
+
+def _timeout_clause(workflow: Workflow, execution: StepExecution, now: datetime) -> str:
+    """The clause " — times out in 2 d 22 h (then cancel)" for a parked execution whose
+    step (in the running code) still has a time-out; "" otherwise (SPEC §6.1)."""
+    definition = workflow.steps.named(execution.step_name)
+    if execution.timeout_at is None or definition is None or definition.on_timeout is None:
+        return ""
+    action = definition.on_timeout.value
+    left = execution.timeout_at - now
+    if left.total_seconds() < 1:
+        return f" — times out now (then {action})"
+    return f" — times out in {humanize_remaining(left)} (then {action})"
 
 
 @dataclass
@@ -128,16 +158,37 @@ def _line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
     step = current.step_name
     if current.state == StepState.WAITING:
         definition = workflow.steps.named(step)
-        matcher = definition.signal_matcher if definition is not None else None
         since = current.waiting_since or current.created_at
+        if definition is None or definition.removed or not definition.parks:
+            # The code no longer waits here (a deploy renamed or deleted the step, or dropped
+            # its wait_for): never "signal `None`". Housekeeping's next pass releases it.
+            gone = "is no longer defined" if definition is None else "no longer waits for a signal"
+            return (
+                f"stranded: parked on `{step}`, which {gone}, for {humanize(now - since)}; "
+                "housekeeping releases it"
+            )
+        if definition.wait_for_children:
+            # SPEC §6.3: the parent's own counter, not a count of its children.
+            timeout = _timeout_clause(workflow, current, now)
+            return (
+                f"waiting for {_children(workflow.children_open)} to end since "
+                f"{humanize(now - since)}{timeout}"
+            )
+        matcher = definition.signal_matcher
         overdue = ""
         threshold = settings.waiting_visibility_threshold
         if threshold is not None and since < now - threshold:
             overdue = " (overdue)"
-        return f"waiting for signal `{matcher}` since {humanize(now - since)}{overdue}"
+        timeout = _timeout_clause(workflow, current, now)
+        return f"waiting for signal `{matcher}` since {humanize(now - since)}{overdue}{timeout}"
     if current.state == StepState.IN_PROGRESS:
         started = current.started_at or now
         return f"running `{step}` for {humanize(now - started)}"
+    if current.deferred_on is not None:
+        # Held back by a concurrency or rate limit (SPEC §6.2).
+        held = limits.why_deferred(scheduling.session_of(workflow), workflow, current, now)
+        if held is not None:
+            return held
     if current.scheduled_for - now >= timedelta(seconds=1):
         return f"`{step}` scheduled in {humanize(current.scheduled_for - now)}"
     late = now - current.scheduled_for
@@ -145,6 +196,10 @@ def _line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
     if late < settings.overdue_after:
         return f"`{step}` due now"
     return f"`{step}` overdue by {humanize(late)}"
+
+
+def _children(count: int) -> str:
+    return "1 child workflow" if count == 1 else f"{count} child workflows"
 
 
 def _paused_line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
@@ -158,6 +213,15 @@ def _paused_line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
     ):
         # Paused because its step is gone (a deploy removed it): not an error to triage.
         return f"stranded: step `{last.step_name}` is no longer defined"
+    if last is not None and last.outcome == Outcome.TIMED_OUT and last.timed_out_at is not None:
+        # on_timeout="pause": the wait ran out; resume() parks the step again.
+        definition = workflow.steps.named(last.step_name)
+        waited = f"signal `{definition.signal_matcher}`" if definition is not None else "a signal"
+        ago = humanize(now - last.timed_out_at)
+        return f"paused: the wait for {waited} in `{last.step_name}` timed out {ago} ago"
+    if last is not None and last.error_class_name == children.CHILD_CANCELED:
+        # on_child_failure="pause" (SPEC §6.3): resume() runs the join anyway.
+        return f"paused: child workflows ended canceled before `{last.step_name}`"
     if last is not None and last.state == StepState.FAILED and last.error_class_name:
         short = last.error_class_name.rsplit(".", 1)[-1]
         return f"paused after `{short}` in `{last.step_name}`"

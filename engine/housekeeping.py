@@ -14,7 +14,14 @@ One :func:`run` does, in the gem's order:
 3. **Stuck scheduled** recovery: ``scheduled_for`` older than ``stuck_scheduled_threshold``
    (a message that never arrived and was not resent), in ``(state, scheduled_for)`` order.
    ``waiting`` executions are never touched: waiting for a signal for months is legitimate.
-4. **Gauges** through :mod:`geneva_drive.metrics_facade`.
+4. **Stranded waiting** executions: a step parked for a signal whose step the deployed code
+   no longer runs (SPEC §6.4). Its step is not defined: the execution fails with
+   ``StepNotDefinedError`` and the workflow is paused, exactly as the executor does for a
+   scheduled one, so it shows on Stranded and ``resume_at`` applies (its signals stay
+   buffered). Its step is a ``removed_step``: it is skipped and the next step scheduled. Its
+   step no longer waits for a signal: it is sent to run. Only registered classes are judged
+   (a process that did not import a class must not pause its workflows).
+5. **Gauges** through :mod:`geneva_drive.metrics_facade`.
 
 Recovery locks the workflow, then the execution (both re-read) and does nothing unless the
 execution is still scheduled or in_progress. ``stuck_recovery_action``:
@@ -42,31 +49,53 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, cast
 
 from sqlalchemy import (
-    ARRAY,
-    BigInteger,
     Column,
     ColumnElement,
     CursorResult,
     Table,
-    any_,
-    bindparam,
+    and_,
     delete,
     func,
     select,
     text,
+    true,
+    tuple_,
 )
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, lateness, metrics, scheduling, transitions
+from geneva_drive import (
+    archive,
+    counts,
+    db,
+    lateness,
+    limits,
+    metrics,
+    registry,
+    scheduling,
+    signals,
+    transitions,
+)
 from geneva_drive.config import settings
-from geneva_drive.instrumentation import ContextAdapter, housekeeping_performed, report_error
+from geneva_drive.dialects import Dialect, dialect_for
+from geneva_drive.explain import STEP_NOT_DEFINED
+from geneva_drive.instrumentation import (
+    ContextAdapter,
+    housekeeping_performed,
+    log_context,
+    report_error,
+)
 from geneva_drive.lateness import is_stuck
-from geneva_drive.models import Signal, StepExecution, utcnow
+from geneva_drive.models import (
+    TERMINAL_WORKFLOW_PREDICATE,
+    Signal,
+    StepExecution,
+    utcnow,
+)
 from geneva_drive.states import (
-    TERMINAL_WORKFLOW_STATES,
     Outcome,
     StepState,
     WorkflowState,
@@ -90,6 +119,8 @@ class HousekeepingReport:
     signals_cleaned_up: int = 0
     stuck_in_progress_recovered: int = 0
     stuck_scheduled_recovered: int = 0
+    #: Waiting executions whose step the code no longer runs (paused, skipped or sent).
+    stranded_waiting_released: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -113,6 +144,11 @@ def run(now: datetime | None = None) -> HousekeepingReport:
 
     _guarded("stuck in_progress recovery", in_progress)
     _guarded("stuck scheduled recovery", scheduled)
+
+    def stranded() -> None:
+        report.stranded_waiting_released = release_stranded_waiting()
+
+    _guarded("stranded waiting", stranded)
     _guarded("gauges", lambda: report_gauges(moment))
     log.info("Completed: %s", report.as_dict())
     if housekeeping_performed.receivers:
@@ -143,7 +179,9 @@ CLEANUP_ROWS_PER_WORKFLOW = 5
 def cleanup(now: datetime, report: HousekeepingReport) -> None:
     """Delete old finished/canceled workflows with their executions and signals, in slices.
 
-    The old workflows are walked once, in id order, by keyset (``id > last``). A slice is the
+    The old workflows are walked once, oldest first, by keyset on ``(transitioned_at, id)``
+    through the partial index of finished/canceled workflows on those columns, so a pass reads
+    only the rows it deletes (with nothing to delete: an empty index range). A slice is the
     next ``housekeeping_batch_size`` of them, cut short once their rows (each workflow, its
     executions and its signals) would pass ``CLEANUP_ROWS_PER_WORKFLOW`` times that; one
     workflow bigger than the cap is a slice alone. Each slice is one short transaction. The
@@ -155,7 +193,17 @@ def cleanup(now: datetime, report: HousekeepingReport) -> None:
         return
     cutoff = now - threshold
     batch = max(1, settings.housekeeping_batch_size)
-    after = 0
+    if settings.archive_completed_workflows_to is not None:
+        # Kept first (written, verified, then deleted). A workflow the archive left in place
+        # (it changed while it was written) waits for a later run: never deleted unwritten.
+        written = archive.archive(
+            threshold, Path(settings.archive_completed_workflows_to), now=now, batch=batch
+        )
+        report.workflows_cleaned_up += written.workflows
+        report.step_executions_cleaned_up += written.step_executions
+        report.signals_cleaned_up += written.signals
+        return
+    after: Keyset | None = None
     while True:
         last = _cleanup_slice(cutoff, after, batch, report)
         if last is None:
@@ -163,10 +211,27 @@ def cleanup(now: datetime, report: HousekeepingReport) -> None:
         after = last
 
 
-def _old(cutoff: datetime) -> ColumnElement[bool]:
-    return _workflows.c.state.in_([str(s) for s in TERMINAL_WORKFLOW_STATES]) & (
-        _workflows.c.transitioned_at < cutoff
-    )
+#: A cleanup position: the ``(transitioned_at, id)`` of the last workflow a slice passed.
+Keyset = tuple[datetime, int]
+
+
+def _old(cutoff: datetime, dialect: Dialect | None = None) -> ColumnElement[bool]:
+    predicate = TERMINAL_WORKFLOW_PREDICATE
+    if dialect is not None:
+        # SQLite's (transitioned_at, id) index is a full one: without statistics its planner
+        # takes the (state, id) index for any state term and sorts every finished workflow.
+        # Its dialect keeps the state test off every index (a unary +); the range then comes
+        # from the time index, ongoing workflows that old (few: the live set) filtered out.
+        predicate = dialect.off_index_predicate(predicate)
+    # Elsewhere the partial index's own predicate as a literal, which the planner matches to it.
+    return and_(text(predicate), _workflows.c.transitioned_at < cutoff)
+
+
+def _past(after: Keyset | None) -> ColumnElement[bool]:
+    if after is None:
+        return true()
+    # A row-value comparison: one index range on both columns (PostgreSQL, SQLite).
+    return tuple_(_workflows.c.transitioned_at, _workflows.c.id) > tuple_(*after)
 
 
 def _rows_of_workflow() -> ColumnElement[int]:
@@ -181,9 +246,9 @@ def _rows_of_workflow() -> ColumnElement[int]:
 
 
 def _cleanup_slice(
-    cutoff: datetime, after: int, batch: int, report: HousekeepingReport
-) -> int | None:
-    """Delete one slice of old workflows with id > ``after``; return the slice's last id.
+    cutoff: datetime, after: Keyset | None, batch: int, report: HousekeepingReport
+) -> Keyset | None:
+    """Delete one slice of old workflows past ``after``; return the slice's last position.
 
     Returns None when no old workflow is left past ``after``. The report counts only what a
     committed transaction deleted.
@@ -191,33 +256,39 @@ def _cleanup_slice(
     # Committed as the with block ends (db.transaction), before the report counts it.
     with db.transaction() as session:
         db.begin_write(session)
-        backend = db.backend(session)
-        postgres = backend == "postgresql"
+        dialect = dialect_for(session)
+        order = (_workflows.c.transitioned_at, _workflows.c.id)
         query = (
-            select(_workflows.c.id, _rows_of_workflow())
-            .where(_workflows.c.id > after, _old(cutoff))
-            .order_by(_workflows.c.id)
+            select(_workflows.c.id, _workflows.c.transitioned_at, _rows_of_workflow())
+            .where(_past(after), _old(cutoff, dialect))
+            .order_by(*order)
             .limit(batch)
         )
         # Past the slice's last candidate, where the next slice starts (None: nothing left).
-        last: int | None = None
-        if db.is_mysql_family(session):
+        last: Keyset | None = None
+        if dialect.lock_candidates_first():
             # InnoDB locks every row its scan reads before it tests the WHERE clause, so a
             # locking version of the scan queues behind any locked workflow in id order - an
             # ongoing one an executor holds included - until a lock wait timeout (issue 19).
             # The candidates come from a plain (non-locking) read instead; only they are
             # locked, by primary key, and the condition is tested again under the lock, on the
             # newest committed version (as PostgreSQL does below).
-            ids = list(session.scalars(query.with_only_columns(_workflows.c.id)))
-            if not ids:
+            plain = session.execute(query.with_only_columns(*order)).all()
+            if not plain:
                 return None
-            last = ids[-1]
+            last = (plain[-1][0], plain[-1][1])
+            ids = [row[1] for row in plain]
+            # Locked through the primary key in id order, as before the time-ordered keyset:
+            # a locking read through the (state, transitioned_at) index would also lock
+            # that index's entries, which a writer changing a workflow's state must take
+            # (a deadlock, measured). The slice's time order is restored below.
             query = (
-                select(_workflows.c.id, _rows_of_workflow())
+                select(_workflows.c.id, _workflows.c.transitioned_at, _rows_of_workflow())
                 .where(_workflows.c.id.in_(ids), _old(cutoff))
                 .order_by(_workflows.c.id)
             )
-        if backend != "sqlite":
+            query = dialect.primary_key_only(query, _workflows)
+        if dialect.row_locks:
             # 2026-11-29, issue 8: the rows are locked in id order and the "old and
             # finished/canceled" test holds under the lock: PostgreSQL evaluates the WHERE
             # clause again on the newest row version of a row it had to wait for. A plain
@@ -228,30 +299,23 @@ def _cleanup_slice(
             # (The counting subqueries take no locks: a locking clause applies to its own
             # query block only, on every backend.)
             query = query.with_for_update(of=_workflows)
-        if postgres:
-            # A lost cleanup commit (a crash of the database server within its WAL writer
-            # delay) only leaves rows for the next run to delete; not waiting for the flush
-            # saves a few ms per slice and the workers' commits a queue at the WAL.
-            session.execute(text("SET LOCAL synchronous_commit TO OFF"))
-        candidates = [(workflow_id, size) for workflow_id, size in session.execute(query)]
-        if not candidates:
+        # A lost cleanup commit (a crash of the database server within its WAL writer
+        # delay) only leaves rows for the next run to delete; not waiting for the flush
+        # saves a few ms per slice and the workers' commits a queue at the WAL.
+        dialect.relax_durability(session)
+        rows = sorted(session.execute(query).all(), key=lambda row: (row[1], row[0]))
+        if not rows:
             return last  # MariaDB: every candidate moved on meanwhile; go past them
+        candidates = [(workflow_id, size) for workflow_id, _at, size in rows]
         chosen = _fill(candidates, batch * CLEANUP_ROWS_PER_WORKFLOW)
-        counts = _delete_workflows(session, chosen, postgres)
+        counts = _delete_workflows(session, chosen, dialect)
         if len(chosen) < len(candidates) or last is None:
-            last = chosen[-1]
+            at = rows[len(chosen) - 1][1]
+            last = (at, chosen[-1])
     report.step_executions_cleaned_up += counts[0]
     report.signals_cleaned_up += counts[1]
     report.workflows_cleaned_up += counts[2]
     return last
-
-
-def _among(column: Column[int], ids: list[int], postgres: bool) -> ColumnElement[bool]:
-    if postgres:
-        # One array parameter instead of an IN list of thousands: PostgreSQL parses and plans
-        # such a list in time linear in its length, a third of each slice when measured.
-        return column == any_(bindparam(None, ids, type_=ARRAY(BigInteger), unique=True))
-    return column.in_(ids)
 
 
 def _fill(candidates: Sequence[tuple[int, int]], budget: int) -> list[int]:
@@ -266,12 +330,15 @@ def _fill(candidates: Sequence[tuple[int, int]], budget: int) -> list[int]:
     return chosen
 
 
-def _delete_workflows(session: Session, ids: list[int], postgres: bool) -> tuple[int, int, int]:
+def _delete_workflows(session: Session, ids: list[int], dialect: Dialect) -> tuple[int, int, int]:
     # Children first, so the cascade from each workflow finds nothing left to do. The
     # workflows stay locked meanwhile, so no execution or signal can be added to them.
     def deleted(table: Table, column: Column[int]) -> int:
-        result = session.execute(delete(table).where(_among(column, ids, postgres)))
+        # PostgreSQL: one array parameter instead of an IN list of thousands (its dialect).
+        result = session.execute(delete(table).where(dialect.id_in(column, ids)))
         return cast("CursorResult[Any]", result).rowcount
+
+    counts.forget_workflows(session, ids)
 
     return (
         deleted(_executions, _executions.c.workflow_id),
@@ -354,17 +421,15 @@ def recover_execution(execution_id: int, now: datetime | None = None) -> bool:
             # would discard a running step and run it twice.
             session.rollback()
             return False
-        context = ContextAdapter(
-            log,
-            {
-                "workflow": type(workflow).__name__,
-                "workflow_id": workflow.id,
-                "execution_id": execution.id,
-                "step": execution.step_name,
-            },
-        )
+        context = ContextAdapter(log, log_context(workflow, execution))
         was = execution.state
         _recover(session, workflow, execution, moment)
+        if was == StepState.IN_PROGRESS and (
+            execution.limit_slot is not None or execution.step_limit_slot is not None
+        ):
+            session.flush()
+            # Its slot is free: wake the next in line.
+            limits.release(session, execution, scheduling.enqueue_execution)
         session.commit()
         context.warning(
             "recovered stuck %s execution (%s): execution now %s/%s, workflow %s",
@@ -389,7 +454,7 @@ def _lock(session: Session, execution_id: int) -> tuple[Workflow, StepExecution]
     )
     if workflow_id is None:
         return None
-    row_locks = not db.is_sqlite(session)
+    row_locks = dialect_for(session).row_locks
     wf_query = (
         select(Workflow).where(Workflow.id == workflow_id).execution_options(populate_existing=True)
     )
@@ -434,7 +499,125 @@ def _recover(session: Session, workflow: Workflow, execution: StepExecution, now
         scheduling.reschedule_current_step(session, workflow, current=execution.step_name)
 
 
-# --- 4. gauges -----------------------------------------------------------------------------
+# --- 4. stranded waiting executions -------------------------------------------------------------
+
+
+def stranded_waiting_steps(session: Session) -> list[tuple[str, str]]:
+    """``(workflow type, step)`` pairs with executions parked on a step their registered class
+    no longer waits in: undefined, a ``removed_step``, or without ``wait_for`` (or
+    ``wait_for_children``).
+
+    One grouped read of the waiting rows (the ``(state, scheduled_for)`` index): as many rows
+    as distinct (class, step) pairs, whatever the number of waiting executions.
+    """
+    pairs = session.execute(
+        select(Workflow.type, StepExecution.step_name)
+        .join(Workflow, Workflow.id == StepExecution.workflow_id)
+        .where(StepExecution.state == StepState.WAITING)
+        .group_by(Workflow.type, StepExecution.step_name)
+    )
+    found = []
+    for type_name, step_name in pairs:
+        cls = registry.workflow_class(type_name)
+        if cls is None:
+            continue
+        definition = cls.steps.named(step_name)
+        if definition is None or definition.removed or not definition.parks:
+            found.append((type_name, step_name))
+    return found
+
+
+def release_stranded_waiting() -> int:
+    """Phase 4 (see the module docstring); returns how many executions it moved."""
+    with db.new_session() as session:
+        pairs = stranded_waiting_steps(session)
+    moved = 0
+    for type_name, step_name in pairs:
+        # Keyset paging: each page starts after the last id seen, so a row that stays (its
+        # release failed, or it is no longer stranded) is never fetched twice, and the query
+        # stays one bound parameter however many rows there are.
+        last_id = 0
+        while True:
+            with db.new_session() as session:
+                ids = list(
+                    session.scalars(
+                        select(StepExecution.id)
+                        .join(Workflow, Workflow.id == StepExecution.workflow_id)
+                        .where(
+                            StepExecution.state == StepState.WAITING,
+                            Workflow.type == type_name,
+                            Workflow.state == WorkflowState.READY,
+                            StepExecution.step_name == step_name,
+                            StepExecution.id > last_id,
+                        )
+                        .order_by(StepExecution.id)
+                        .limit(settings.housekeeping_batch_size)
+                    )
+                )
+            if not ids:
+                break
+            last_id = ids[-1]
+            for execution_id in ids:
+                try:
+                    moved += _release_waiting(execution_id)
+                except Exception as error:
+                    log.error("Failed to release stranded execution %s: %s", execution_id, error)
+                    report_error(
+                        error, {"component": "housekeeping", "step_execution_id": execution_id}
+                    )
+    return moved
+
+
+def _release_waiting(execution_id: int) -> int:
+    session = db.new_session()
+    try:
+        locked = _lock(session, execution_id)
+        if locked is None:
+            session.rollback()
+            return 0
+        workflow, execution = locked
+        if execution.state != StepState.WAITING or workflow.state != WorkflowState.READY:
+            session.rollback()  # moved on meanwhile (a signal, an operator)
+            return 0
+        definition = workflow.steps.named(execution.step_name)
+        context = ContextAdapter(
+            log,
+            {
+                "workflow": type(workflow).__name__,
+                "workflow_id": workflow.id,
+                "execution_id": execution.id,
+                "step": execution.step_name,
+            },
+        )
+        if definition is None:
+            message = (
+                f"Step '{execution.step_name}' is not defined in {type(workflow).__name__} "
+                "(the execution was waiting for a signal when the step was renamed or "
+                f"deleted). Resume it with resume_at(step_name), or deploy `{execution.step_name}"
+                ' = renamed_step(to="...")` or a removed_step()'
+            )
+            # waiting -> scheduled -> failed: the state table has no waiting -> failed edge
+            # (the gem's), and the executor records a missing step on a scheduled row.
+            transitions.wake_execution(execution)
+            transitions.fail_execution(execution)
+            execution.error_message = message
+            execution.error_class_name = STEP_NOT_DEFINED
+            transitions.workflow_paused(workflow)
+            session.flush()
+            context.error("%s; pausing the workflow", message)
+        else:
+            signals.rendezvous_waiting(session, workflow, execution)
+            context.warning("released a parked execution of a step that no longer waits here")
+        session.commit()
+        return 1
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+# --- 5. gauges -----------------------------------------------------------------------------
 
 
 def report_gauges(now: datetime) -> None:

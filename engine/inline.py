@@ -7,16 +7,22 @@ the successor's execution row and runs it, as the message's recipient would have
 
 The rules (docs/MANUAL.md, "How a step runs"):
 
-* Only a successor **due now** (no ``wait``, no ``wait_until`` ahead), routed to a queue this
-  worker consumes, of a workflow that is ``ready`` once the step's outcome is applied, is run
-  inline. A resumable step's continuation (outcome ``continued``) always goes through the
+* Only a successor **due now** (no ``wait``, no ``wait_until`` ahead), without a ``priority``
+  job option of its own (the broker orders those among the waiting work: they are published),
+  routed to a queue this worker consumes, of a workflow that is ``ready`` once the step's
+  outcome is applied, is run inline. A resumable step's continuation (outcome ``continued``) always goes through the
   broker: yielding the worker is what the interruption is for.
 * The step's outcome commits first, with the successor's row ``scheduled`` and **unsent**
   (``sent_at`` NULL, no message). The successor is then claimed like any delivered execution:
   its own transaction, under the workflow lock, with every prepare check (an operator's pause
-  or cancel that landed in between is seen there). A worker killed between the two leaves an
-  unsent due row, which the dispatcher's next sweep sends (within one ``dispatch_interval``);
-  the executor's state check under the lock keeps it from running twice. Nothing the
+  or cancel that landed in between is seen there). The row carries its job id like a
+  published one. The dispatcher leaves such a held row (job id, no ``sent_at``) alone for one
+  ``dispatch_interval``, so a sweep in the gap puts no duplicate message on the broker; a
+  worker killed between the two leaves it due and unsent, and the first sweep after that
+  sends it. The executor's state check under the lock keeps it from running twice.
+* A successor's own exception is its own: its outcome is committed and reported under its
+  execution (and job id) like any step's, and the task that delivered the first step ends
+  without raising it (that step succeeded). Nothing the
   successor's prepare does can take the finished step's outcome down: that is committed.
 * A budget per task (``settings.inline_successor_max_steps`` steps,
   ``settings.inline_successor_max_time`` of wall time) bounds a chain; past it, or once a warm
@@ -155,6 +161,10 @@ def take(session: Session, message: Message, *, continuation: bool) -> bool:
         return False
     if continuation or message.countdown is not None:
         return False
+    if message.priority is not None:
+        # A step with its own priority is ordered by the broker among the work waiting there;
+        # run here at once it would overtake (or undercut) that order: it is published.
+        return False
     if not claim.budget.accepts_queue(message.queue):
         return False
     # Asked only now that there is a successor to run: a broker round trip, every
@@ -186,8 +196,8 @@ def settle(session: Session, workflow: Workflow, *, runs_next: bool) -> int | No
         if claim.budget.on_claim is not None:
             claim.budget.on_claim(execution.id)
         return execution.id
-    # Sent exactly as the scheduler would have sent it (one UPDATE more, on this rare path).
-    execution.job_id = claim.message.job_id
+    # Sent exactly as the scheduler would have sent it (one UPDATE more, on this rare path);
+    # the row already carries the message's job id.
     execution.sent_at = utcnow()
     queue_message(session, claim.message)
     return None

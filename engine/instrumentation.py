@@ -37,6 +37,20 @@ housekeeping_performed = _signals.signal("housekeeping.geneva_drive")
 #: predecessor's outcome committed and before the successor is claimed: ``execution_id`` (the
 #: successor), ``predecessor_id``, ``workflow_id``, ``steps`` (run under this budget so far).
 inline_successor = _signals.signal("inline_successor.geneva_drive")
+#: Sent when a wait for a signal timed out and its ``on_timeout`` action was applied
+#: (engine/timeouts.py): ``execution_id``, ``workflow_id``, ``workflow_class``,
+#: ``workflow_type``, ``step_name``, ``action``.
+wait_timed_out = _signals.signal("wait_timeout.geneva_drive")
+#: Sent when a step started a child workflow (engine/children.py): ``workflow_id``,
+#: ``workflow_type`` (the parent's), ``child_id``, ``child_type``.
+child_started = _signals.signal("child_started.geneva_drive")
+#: Sent when a child's end reached its parent (once per child): ``workflow_id``,
+#: ``workflow_type`` (the parent's), ``child_id``, ``child_type``, ``state``.
+child_joined = _signals.signal("child_joined.geneva_drive")
+#: Sent when an execution found no slot or token of a concurrency or rate limit at its start
+#: and was deferred (engine/limits.py): ``limit`` (the name), ``kind`` (``concurrency`` or
+#: ``rate``), ``execution_id``, ``workflow_id``, ``workflow_class``, ``step_name``.
+limit_deferred = _signals.signal("limit_deferred.geneva_drive")
 
 EVENTS = {
     "precondition": precondition_evaluated,
@@ -44,7 +58,9 @@ EVENTS = {
     "finalize": step_finalized,
 }
 
-log = logging.getLogger("engine")
+# Under the package's namespace, like every engine logger ("engine" was outside it: a host
+# configuring logging.getLogger("geneva_drive") did not reach the error reports).
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -64,10 +80,16 @@ ErrorReporter = Callable[[BaseException, dict[str, Any]], None]
 
 
 def _log_reporter(error: BaseException, context: dict[str, Any]) -> None:
+    try:
+        text = str(error)
+    except Exception:  # a broken __str__ must not hide the error itself
+        text = f"<{type(error).__name__} whose str() raised>"
     log.error(
         "Step raised %s: %s",
         type(error).__name__,
-        error,
+        # One line: the message comes from the step (and so from its input); a newline in it
+        # would forge a log line. The traceback below is the formatter's, multi-line by nature.
+        escape(text, 2000),
         exc_info=(type(error), error, error.__traceback__),
         extra={"geneva_drive": context},
     )
@@ -92,6 +114,32 @@ def report_error(error: BaseException, context: dict[str, Any]) -> None:
     except Exception:
         # A broken reporter must not change what happens to the workflow.
         log.exception("The error reporter itself raised while reporting %r", error)
+
+
+def log_context(workflow: Any, execution: Any) -> dict[str, Any]:
+    """What every log line about one step execution carries (:class:`ContextAdapter` prints it):
+    the workflow's class and id, its hero, the execution's id and step."""
+    return {
+        "workflow": type(workflow).__name__,
+        "workflow_id": workflow.id,
+        "hero_type": workflow.hero_type,
+        "hero_id": workflow.hero_id,
+        "execution_id": execution.id,
+        "step": execution.step_name,
+    }
+
+
+def report_context(workflow: Any, execution: Any) -> dict[str, Any]:
+    """The ``context`` an error reporter gets for one step execution (:func:`set_error_reporter`
+    names its keys)."""
+    return {
+        "workflow_id": workflow.id,
+        "workflow_class": type(workflow).__name__,
+        "step_execution_id": execution.id,
+        "step_name": execution.step_name,
+        "hero_type": workflow.hero_type,
+        "hero_id": workflow.hero_id,
+    }
 
 
 class ContextAdapter(logging.LoggerAdapter[logging.Logger]):

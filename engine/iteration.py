@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from geneva_drive.flow_control import Interrupt
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.serialization import serialize_cursor
+from geneva_drive.states import StepState
 
 if TYPE_CHECKING:
     from geneva_drive.executor import Executor
@@ -78,12 +79,25 @@ class IterableStep:
         data = serialize_cursor(self.cursor)
         session = self._executor.session
         try:
-            session.execute(
+            # Only while the execution is still in progress: one an operator or housekeeping
+            # closed meanwhile (canceled, skipped, moved past, recovered) is a discarded
+            # attempt, whose writes since the last checkpoint must not commit.
+            written = session.execute(
                 update(StepExecution)
-                .where(StepExecution.id == self.execution.id)
+                .where(
+                    StepExecution.id == self.execution.id,
+                    StepExecution.state == StepState.IN_PROGRESS,
+                )
                 .values(cursor=data, updated_at=utcnow())
                 .execution_options(synchronize_session=False)
             )
+            if not written.rowcount:  # type: ignore[attr-defined]
+                session.rollback()
+                self._executor.log.warning(
+                    "execution closed while the step ran; its writes since the last "
+                    "checkpoint were rolled back"
+                )
+                raise Interrupt()
             session.commit()
         except DBAPIError as error:
             session.rollback()

@@ -1,9 +1,9 @@
 """Read-only aggregate queries: what /metrics, the overview page and the gem's gauges show.
 
-One :func:`collect` runs four grouped queries (never more) and returns a
+One :func:`collect` runs five grouped queries (never more) and returns a
 :class:`MetricsSnapshot`; :func:`get_snapshot` is the same behind a cache (5 s, single-flight,
 then stale-while-revalidate), so a scrape storm or a busy overview page costs the database
-four queries per cache period, not four per request, and a scrape never waits for them once
+five queries per cache period, not five per request, and a scrape never waits for them once
 the cache is warm.
 
 The three step-execution queries read one index range each, so their cost follows the
@@ -17,13 +17,15 @@ waiting executions (+ overdue)         ``index_geneva_drive_step_executions_sche
                                        (state, scheduled_for): the ``waiting`` range
 overdue scheduled executions           same index: ``scheduled`` and ``scheduled_for < cutoff``
 stuck in-progress executions           partial index on ``started_at`` where in_progress
+unexplained workflows                  the live ranges only: workflows by ``(state, id)``,
+                                       executions by state (:mod:`geneva_drive.health`)
 =====================================  =================================================
 
-The workflow count by (type, state) reads every workflow row (or every entry of
-``index_geneva_drive_workflows_on_type``): exact counts have no shortcut. It is the one query
-that grows with the history kept (``delete_completed_workflows_after`` bounds it); at 1M
-workflows it takes a few hundred milliseconds on PostgreSQL, which is why the cache refreshes
-in the background (``bench/B9_METRICS.md``).
+The workflow count by (type, state) reads ``geneva_drive_workflow_counts`` (a few rows per
+class and state, kept by every write of a workflow row: :mod:`geneva_drive.counts`), not the
+workflows table: until issue 26 it counted every workflow row, the one query that grew with
+the history kept (a few hundred milliseconds at 1M workflows on PostgreSQL,
+``bench/B9_METRICS.md``).
 
 Definitions (the numbers the alerts in ``docs/prometheus-rules.yml`` fire on):
 
@@ -54,11 +56,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, case, func, select, text
+from sqlalchemy import Engine, case, func, select
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, lateness, metrics_facade
+from geneva_drive import counts, db, health, lateness, metrics_facade
 from geneva_drive.config import settings
+from geneva_drive.dialects import dialect_for
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.states import StepState, WorkflowState
 from geneva_drive.workflow import Workflow
@@ -88,6 +91,8 @@ class ClassMetrics:
     stuck_in_progress: int = 0
     #: ``scheduled_for`` of the oldest overdue execution of this class.
     oldest_overdue_at: datetime | None = None
+    #: Ongoing workflows with no explained next event (:mod:`geneva_drive.health`).
+    unexplained: int = 0
 
     @property
     def total(self) -> int:
@@ -109,7 +114,7 @@ class MetricsSnapshot:
     stuck_in_progress_threshold: timedelta
     #: Wall time the queries took, in seconds.
     query_seconds: float = 0.0
-    #: How many SQL statements :func:`collect` issued (4, or 3 when nothing needed joining).
+    #: How many SQL statements :func:`collect` issued (5, or 1 on an empty database).
     query_count: int = 0
     _by_class: dict[str, ClassMetrics] = field(default_factory=dict, repr=False, compare=False)
 
@@ -155,6 +160,10 @@ class MetricsSnapshot:
         return sum(c.stuck_in_progress for c in self.classes)
 
     @property
+    def unexplained(self) -> int:
+        return sum(c.unexplained for c in self.classes)
+
+    @property
     def oldest_overdue_at(self) -> datetime | None:
         found = [c.oldest_overdue_at for c in self.classes if c.oldest_overdue_at is not None]
         return min(found) if found else None
@@ -174,13 +183,10 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
     waiting_threshold = settings.waiting_visibility_threshold
     stuck_threshold = settings.stuck_in_progress_threshold
     started = time.perf_counter()
-    if session.get_bind().dialect.name == "postgresql":
-        # The planner overestimates the overdue rows (history is full of past scheduled_for
-        # values), so the queries cross jit_above_cost and compiling them took 0.8 s of a
-        # 1 s refresh at 1M workflows, for queries that then run in ~0.2 s (bench/B9_METRICS.md).
-        session.execute(text("SET LOCAL jit = off"))
+    # PostgreSQL: no JIT for these queries (engine/dialects/postgresql.py says why).
+    dialect_for(session).tune_for_aggregates(session)
     states: dict[str, dict[str, int]] = {}
-    for workflow_type, state, count in session.execute(_workflow_counts()):
+    for (workflow_type, state), count in counts.read(session).items():
         states.setdefault(workflow_type, dict.fromkeys(WORKFLOW_STATES, 0))[state] = count
     per_class: dict[str, dict[str, Any]] = {t: {} for t in states}
     # No workflows means no executions: a fresh install scrapes in one query.
@@ -197,6 +203,7 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
             overdue=values.get("overdue", 0),
             stuck_in_progress=values.get("stuck_in_progress", 0),
             oldest_overdue_at=values.get("oldest_overdue_at"),
+            unexplained=values.get("unexplained", 0),
         )
         for workflow_type, values in sorted(per_class.items())
     )
@@ -206,7 +213,7 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
         waiting_visibility_threshold=waiting_threshold,
         stuck_in_progress_threshold=stuck_threshold,
         query_seconds=time.perf_counter() - started,
-        query_count=4 if states else 1,
+        query_count=5 if states else 1,
     )
 
 
@@ -217,7 +224,8 @@ def _count_executions(
     waiting_threshold: timedelta | None,
     stuck_threshold: timedelta,
 ) -> None:
-    """The three step-execution queries, merged into ``per_class`` (NULL type: not counted)."""
+    """The step-execution queries and the unexplained count, merged into ``per_class``
+    (NULL type: not counted)."""
     for workflow_type, waiting, overdue in session.execute(_waiting(lateness.waiting_cutoff(now))):
         if workflow_type is not None:
             per_class.setdefault(workflow_type, {}).update(
@@ -231,6 +239,9 @@ def _count_executions(
     for workflow_type, stuck in session.execute(_stuck(now)):
         if workflow_type is not None:
             per_class.setdefault(workflow_type, {})["stuck_in_progress"] = stuck
+    # The doctor's rules, one grouped query over the live set (index-backed, see health).
+    for workflow_type, count in health.counts(session, now).items():
+        per_class.setdefault(workflow_type, {})["unexplained"] = count
 
 
 # --- the queries -----------------------------------------------------------------------------
@@ -240,11 +251,6 @@ _se = StepExecution.__table__
 
 def _workflows_table() -> Any:
     return Workflow.__table__
-
-
-def _workflow_counts() -> Any:
-    w = _workflows_table()
-    return select(w.c.type, w.c.state, func.count()).group_by(w.c.type, w.c.state)
 
 
 def _workflow_type(*, runnable_only: bool = False) -> Any:
@@ -429,6 +435,11 @@ def get_snapshot(
 
 def clear_cache() -> None:
     _cache.clear()
+
+
+def cache_max_age() -> float:
+    """The configured cache period (seconds) of the database gauges; 0 means no cache."""
+    return _cache.max_age
 
 
 def configure_cache(*, max_age: float | None = None, stale_for: float | None = None) -> None:

@@ -28,13 +28,13 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects import mysql
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Connection, Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 from sqlalchemy.types import TypeDecorator
 
+from geneva_drive import dialects
 from geneva_drive.config import settings
+from geneva_drive.dialects import dialect_for
 from geneva_drive.serialization import deserialize, serialize_cursor
 from geneva_drive.states import CURRENT_STEP_STATES, Outcome, SignalState, StepState, is_overdue
 
@@ -62,13 +62,13 @@ ENGINE_TABLE_NAMES = frozenset(
         "geneva_drive_signals",
         "geneva_drive_operator_actions",
         "geneva_drive_dashboard_sessions",
+        "geneva_drive_limits",
+        "geneva_drive_workflow_counts",
     }
 )
 
-#: SQLAlchemy's dialect names for MySQL and MariaDB (``mariadb://`` URLs name their own).
-MYSQL_DIALECTS = ("mysql", "mariadb")
-#: The backends with partial indexes (``CREATE INDEX … WHERE``).
-PARTIAL_INDEX_DIALECTS = ("postgresql", "sqlite")
+#: The backends with partial indexes (``CREATE INDEX … WHERE``), by SQLAlchemy's names.
+PARTIAL_INDEX_DIALECTS = dialects.PARTIAL_INDEX_DIALECTS
 
 
 #: Table options on MariaDB/MySQL: utf8mb4 with a binary NO PAD collation, so that names,
@@ -78,15 +78,6 @@ PARTIAL_INDEX_DIALECTS = ("postgresql", "sqlite")
 #: collide in the unique indexes. The collation is named per server when the tables are created
 #: (``mysql_collation``): MariaDB's is ``utf8mb4_nopad_bin``, MySQL 8's ``utf8mb4_0900_bin``.
 MYSQL_TABLE_OPTIONS = {"mysql_charset": "utf8mb4", "mysql_collate": "utf8mb4_nopad_bin"}
-
-
-def mysql_collation(dialect: Dialect) -> str:
-    """The binary NO PAD utf8mb4 collation of this MariaDB or MySQL server."""
-    return "utf8mb4_nopad_bin" if _is_mariadb(dialect) else "utf8mb4_0900_bin"
-
-
-def _is_mariadb(dialect: Dialect) -> bool:
-    return dialect.name in MYSQL_DIALECTS and bool(getattr(dialect, "is_mariadb", False))
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -102,9 +93,7 @@ class UTCDateTime(TypeDecorator[datetime]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> Any:
-        if dialect.name in MYSQL_DIALECTS:
-            return dialect.type_descriptor(mysql.DATETIME(fsp=6))
-        return dialect.type_descriptor(DateTime(timezone=True))
+        return dialect_for(dialect).datetime_impl(dialect)
 
     def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
         if value is None:
@@ -112,7 +101,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         value = value.astimezone(UTC)
-        if dialect.name == "sqlite" or dialect.name in MYSQL_DIALECTS:
+        if dialect_for(dialect).naive_datetimes:
             return value.replace(tzinfo=None)
         return value
 
@@ -137,20 +126,12 @@ class JSONType(TypeDecorator[Any]):
     cache_ok = True
 
     def load_dialect_impl(self, dialect: Dialect) -> Any:
-        if dialect.name == "postgresql":
-            return dialect.type_descriptor(JSONB())
-        if dialect.name in MYSQL_DIALECTS:
-            if _is_mariadb(dialect):
-                return dialect.type_descriptor(mysql.LONGTEXT())
-            return dialect.type_descriptor(mysql.JSON())
-        return dialect.type_descriptor(Text())
+        return dialect_for(dialect).json_impl(dialect)
 
     @staticmethod
     def _native(dialect: Dialect) -> bool:
         """The driver-side JSON type encodes and decodes (PostgreSQL, MySQL)."""
-        return dialect.name == "postgresql" or (
-            dialect.name in MYSQL_DIALECTS and not _is_mariadb(dialect)
-        )
+        return dialect_for(dialect).json_native(dialect)
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> Any:
         if value is None or self._native(dialect):
@@ -183,6 +164,18 @@ class TimestampMixin:
 
 _ONE_ACTIVE = "state IN ('scheduled', 'in_progress')"
 _IN_PROGRESS = "state = 'in_progress'"
+_WAITING = "state = 'waiting'"
+_TIMED_OUT = "timed_out_at IS NOT NULL"
+_SCHEDULED = "state = 'scheduled'"
+_FAILED = "state = 'failed'"
+# Concurrency and rate limits (SPEC §6.2, migration 0008): only limited rows are indexed.
+_LIMIT_SLOT = "limit_slot IS NOT NULL"
+_STEP_LIMIT_SLOT = "step_limit_slot IS NOT NULL"
+_RATE_SLOT = "rate_slot IS NOT NULL"
+_DEFERRED = "deferred_on IS NOT NULL"
+_PENDING = "state = 'pending'"
+#: Finished or canceled workflows (housekeeping's cleanup candidates; index in workflow.py).
+TERMINAL_WORKFLOW_PREDICATE = "state IN ('finished', 'canceled')"
 
 
 class StepExecution(TimestampMixin, Base):
@@ -220,6 +213,24 @@ class StepExecution(TimestampMixin, Base):
     waiting_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
     #: When the dispatcher (or the commit hook) last handed this execution to the transport.
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    #: When the wait of a step with ``timeout=`` runs out (SPEC §6.1): set when the execution
+    #: parks (``waiting_since`` + the time-out), or by the first sweep that sees an execution
+    #: parked before its step had a time-out (engine/timeouts.py). NULL for every other step.
+    timeout_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    #: When that time-out fired: the record that it did (outcome ``timed_out`` may be replaced
+    #: by a reattempt of an ``on_timeout="run"`` body), and what lets such a body pass the gate
+    #: without a signal.
+    timed_out_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    #: Concurrency and rate limits (SPEC §6.2, engine/limits.py): the ``name/key`` slots this
+    #: execution counts against, evaluated when it was created. ``limit_slot``: the class's
+    #: ``concurrency_limit``; ``step_limit_slot``: the step's; ``rate_slot``: the step's
+    #: ``rate_limit``. NULL for every execution without a limit (nothing is written for them).
+    limit_slot: Mapped[str | None] = mapped_column(String(255))
+    step_limit_slot: Mapped[str | None] = mapped_column(String(255))
+    rate_slot: Mapped[str | None] = mapped_column(String(255))
+    #: The slot a deferred execution waits for (it found no free slot or token at its start);
+    #: cleared when it starts. Its place in line is its id.
+    deferred_on: Mapped[str | None] = mapped_column(String(255))
 
     workflow: Mapped[Workflow] = relationship()
     successor: Mapped[StepExecution | None] = relationship(
@@ -263,7 +274,74 @@ class StepExecution(TimestampMixin, Base):
             postgresql_where=text(_IN_PROGRESS),
             sqlite_where=text(_IN_PROGRESS),
         ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
-        # MariaDB/MySQL build both under the same names from MYSQL_FORMS below.
+        # The time-out sweep (migration 0005): parked executions by deadline. Only parked rows
+        # are in it, so steps that never wait for a signal cost it nothing.
+        Index(
+            "index_geneva_drive_step_executions_waiting_timeout",
+            "timeout_at",
+            postgresql_where=text(_WAITING),
+            sqlite_where=text(_WAITING),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
+        # The dashboard's "timed_out" filter: the workflows with an execution that timed out,
+        # a range of this index that holds only timed-out rows.
+        Index(
+            "index_geneva_drive_step_executions_timed_out",
+            "timed_out_at",
+            "workflow_id",
+            postgresql_where=text(_TIMED_OUT),
+            sqlite_where=text(_TIMED_OUT),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
+        # The dispatcher's claim (migration 0007): due work in (scheduled_for, id) order, read
+        # off the index, so a burst at one instant is never re-sorted per batch. PostgreSQL
+        # only: SQLite's and InnoDB's (state, scheduled_for) index carries the rowid / primary
+        # key, which already gives that order within one state.
+        Index(
+            "index_geneva_drive_step_executions_due",
+            "scheduled_for",
+            "id",
+            postgresql_where=text(_SCHEDULED),
+        ).ddl_if(dialect="postgresql"),
+        # The failures page (migration 0007): recent failures only, not every failure ever.
+        # SQLite: a full index (only failed rows have failed_at), as its planner without
+        # statistics would not pick the partial one (dashboard queries._off_index).
+        Index(
+            "index_geneva_drive_step_executions_failed_at",
+            "failed_at",
+            postgresql_where=text(_FAILED),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
+        # Limits (migration 0008): a slot's executions in progress, its recent starts, and
+        # its deferred executions in line. Only limited rows are in them.
+        Index(
+            "index_geneva_drive_step_executions_limit_slot",
+            "limit_slot",
+            "state",
+            postgresql_where=text(_LIMIT_SLOT),
+            sqlite_where=text(_LIMIT_SLOT),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
+        Index(
+            "index_geneva_drive_step_executions_step_limit_slot",
+            "step_limit_slot",
+            "state",
+            postgresql_where=text(_STEP_LIMIT_SLOT),
+            sqlite_where=text(_STEP_LIMIT_SLOT),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
+        Index(
+            "index_geneva_drive_step_executions_rate_slot",
+            "rate_slot",
+            "started_at",
+            postgresql_where=text(_RATE_SLOT),
+            sqlite_where=text(_RATE_SLOT),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
+        Index(
+            "index_geneva_drive_step_executions_deferred_on",
+            "deferred_on",
+            "state",
+            "id",
+            postgresql_where=text(_DEFERRED),
+            sqlite_where=text(_DEFERRED),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
+        # MariaDB/MySQL build the partial indexes above (the dispatch one aside) under the
+        # same names from MYSQL_FORMS below.
         MYSQL_TABLE_OPTIONS,
     )
 
@@ -342,6 +420,14 @@ class Signal(TimestampMixin, Base):
             unique=True,
         ),
         Index("index_geneva_drive_signals_on_workflow_state", "workflow_id", "state"),
+        # The signal inbox (migration 0007): pending signals oldest first, not every signal.
+        Index(
+            "index_geneva_drive_signals_pending",
+            "created_at",
+            "id",
+            postgresql_where=text(_PENDING),
+            sqlite_where=text(_PENDING),
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
         MYSQL_TABLE_OPTIONS,
     )
 
@@ -386,10 +472,26 @@ class OperatorAction(Base):
         UTCDateTime(), default=utcnow, nullable=False, index=True
     )
 
-    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+    __table_args__ = (
+        # The audit page's filters (migration 0006): newest first within one actor or action.
+        Index("index_geneva_drive_operator_actions_on_actor", "actor", "id"),
+        Index("index_geneva_drive_operator_actions_on_action", "action", "id"),
+        MYSQL_TABLE_OPTIONS,
+    )
 
     def __repr__(self) -> str:
         return f"<OperatorAction id={self.id} {self.actor} {self.action} wf={self.workflow_id}>"
+
+
+class LimitSlot(Base):
+    """One row per ``(limit name, key)`` slot (SPEC §6.2, engine/limits.py): the row every
+    claim of that slot locks, so that the count it then reads cannot change under it. It holds
+    no counter: the executions' own states are the count."""
+
+    __tablename__ = "geneva_drive_limits"
+
+    slot: Mapped[str] = mapped_column(String(255), primary_key=True)
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
 
 
 class DashboardSessionGeneration(Base):
@@ -404,6 +506,30 @@ class DashboardSessionGeneration(Base):
         BigInteger, nullable=False, default=0, server_default="0"
     )
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, nullable=False)
+
+
+class WorkflowCount(Base):
+    """Workflows per (class, state), kept by every write of a workflow row (SPEC §6.5).
+
+    The overview and ``/metrics`` read these rows instead of counting the workflows table,
+    whose size is the whole history kept. Each (type, state) is split over
+    ``geneva_drive.counts.SHARDS`` rows: a transaction adds its changes to one shard picked at
+    random, so concurrent transitions rarely wait for the same row lock. The count of a
+    (type, state) is the sum of its shards (one shard alone may be negative). Written only by
+    :mod:`geneva_drive.counts`.
+    """
+
+    __tablename__ = "geneva_drive_workflow_counts"
+
+    type: Mapped[str] = mapped_column(String(255), primary_key=True)
+    state: Mapped[str] = mapped_column(String(32), primary_key=True)
+    shard: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    count: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0, server_default="0")
+
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+    def __repr__(self) -> str:
+        return f"<WorkflowCount {self.type}/{self.state}#{self.shard} {self.count}>"
 
 
 # --- MariaDB and MySQL: no partial indexes -----------------------------------------------------
@@ -481,6 +607,66 @@ MYSQL_FORMS = (
         ("state", "started_at"),
         unique=False,
     ),
+    MySQLIndexForm(
+        "geneva_drive_step_executions",
+        "index_geneva_drive_step_executions_waiting_timeout",
+        ("state", "timeout_at"),
+        unique=False,
+    ),
+    # Led by the column of the condition: the NULLs of every execution that never timed out
+    # sit in one range that the filter's ``IS NOT NULL`` skips.
+    MySQLIndexForm(
+        "geneva_drive_step_executions",
+        "index_geneva_drive_step_executions_timed_out",
+        ("timed_out_at", "workflow_id"),
+        unique=False,
+    ),
+    # Migration 0007. InnoDB appends the primary key to each, so (state, X) gives (X, id) order
+    # within one state.
+    MySQLIndexForm(
+        "geneva_drive_step_executions",
+        "index_geneva_drive_step_executions_failed_at",
+        ("state", "failed_at"),
+        unique=False,
+    ),
+    # Migration 0008: led by the slot column, so the NULLs of unlimited executions sit in one
+    # range that no limit query reads.
+    MySQLIndexForm(
+        "geneva_drive_step_executions",
+        "index_geneva_drive_step_executions_limit_slot",
+        ("limit_slot", "state"),
+        unique=False,
+    ),
+    MySQLIndexForm(
+        "geneva_drive_step_executions",
+        "index_geneva_drive_step_executions_step_limit_slot",
+        ("step_limit_slot", "state"),
+        unique=False,
+    ),
+    MySQLIndexForm(
+        "geneva_drive_step_executions",
+        "index_geneva_drive_step_executions_rate_slot",
+        ("rate_slot", "started_at"),
+        unique=False,
+    ),
+    MySQLIndexForm(
+        "geneva_drive_step_executions",
+        "index_geneva_drive_step_executions_deferred_on",
+        ("deferred_on", "state"),
+        unique=False,
+    ),
+    MySQLIndexForm(
+        "geneva_drive_signals",
+        "index_geneva_drive_signals_pending",
+        ("state", "created_at"),
+        unique=False,
+    ),
+    MySQLIndexForm(
+        "geneva_drive_workflows",
+        "index_geneva_drive_workflows_terminal_transitioned",
+        ("state", "transitioned_at"),
+        unique=False,
+    ),
 )
 _MYSQL_INDEX_NAMES = frozenset(form.name for form in MYSQL_FORMS)
 _MYSQL_COLUMNS = frozenset(
@@ -491,17 +677,13 @@ _MYSQL_COLUMNS = frozenset(
 @event.listens_for(Base.metadata, "before_create")
 def _name_the_mysql_collation(_target: MetaData, connection: Connection, **kw: Any) -> None:
     """``create_all`` on MariaDB/MySQL: the engine's tables get this server's collation."""
-    if connection.dialect.name not in MYSQL_DIALECTS:
-        return
-    for table in kw.get("tables", ()):
-        if table.name.startswith("geneva_drive_"):
-            table.dialect_options["mysql"]["collate"] = mysql_collation(connection.dialect)
+    dialect_for(connection).before_create(connection, kw.get("tables", ()))
 
 
 @event.listens_for(Base.metadata, "after_create")
 def _create_mysql_forms(_target: MetaData, connection: Connection, **kw: Any) -> None:
     """``create_all`` on MariaDB/MySQL: the generated columns and indexes of MYSQL_FORMS."""
-    if connection.dialect.name not in MYSQL_DIALECTS:
+    if dialect_for(connection).partial_indexes:
         return
     created = {table.name for table in kw.get("tables", ())}
     for form in MYSQL_FORMS:
@@ -519,7 +701,7 @@ def autogenerate_filter(dialect: Dialect) -> Any:
     everything else is compared as usual (migrations/env.py uses it for ``flask db migrate``,
     tests/test_migrations.py for its check).
     """
-    backend = dialect.name
+    found = dialect_for(dialect)
 
     def include_object(
         obj: Any, name: str | None, type_: str, reflected: bool, _compare_to: Any
@@ -528,9 +710,8 @@ def autogenerate_filter(dialect: Dialect) -> Any:
             condition = getattr(obj, "_ddl_if", None)
             if condition is None or condition.dialect is None:
                 return True
-            allowed = condition.dialect
-            return backend == allowed if isinstance(allowed, str) else backend in allowed
-        if backend not in MYSQL_DIALECTS or not reflected:
+            return found.ddl_applies(dialect, condition.dialect)
+        if found.partial_indexes or not reflected:
             return True
         if type_ in ("index", "unique_constraint"):
             return name not in _MYSQL_INDEX_NAMES
@@ -549,11 +730,13 @@ __all__ = [
     "Base",
     "DashboardSessionGeneration",
     "JSONType",
+    "LimitSlot",
     "OperatorAction",
     "Signal",
     "StepExecution",
     "UTCDateTime",
     "Workflow",
+    "WorkflowCount",
     "autogenerate_filter",
     "func",
     "utcnow",

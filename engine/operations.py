@@ -15,7 +15,7 @@ from sqlalchemy.orm import class_mapper
 # persistence.flush, not Session.flush(): the engine writes its own rows by Core UPDATE, which
 # also works for a workflow whose class is gone (loaded as plain Workflow), where the unit of
 # work warns about the row's polymorphic identity (issue 17).
-from geneva_drive import persistence, registry, scheduling, signals, states, transitions
+from geneva_drive import persistence, registry, scheduling, signals, states, timeouts, transitions
 from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepNotDefinedError
 from geneva_drive.models import StepExecution
 from geneva_drive.states import (
@@ -144,22 +144,19 @@ def _release_running(session: Any, workflow: Workflow, state: str) -> StepExecut
 def resume(workflow: Workflow) -> StepExecution | None:
     """Resume a paused workflow (reference engine-core §5.4).
 
-    The preserved execution is re-sent (overdue ones run now); a parked one is re-matched
-    against buffered signals; a resumable step paused mid-way continues from its cursor; a
-    failed step is retried. A workflow stranded on a deleted step is refused *before* anything
+    The preserved execution is re-sent (overdue ones run now); a parked one past its time-out
+    fires it, otherwise it is re-matched against buffered signals; a resumable step paused
+    mid-way continues from its cursor; a failed step is retried. A workflow stranded on a deleted step is refused *before* anything
     changes (the gem flips to ready first; we validate first so ``resume_at`` stays possible).
     """
     _check(Operation.RESUME, workflow, states.can_resume(workflow.state))
     session = _locked(workflow)
     _check(Operation.RESUME, workflow, states.can_resume(workflow.state))
+    stranded = stranded_step(session, workflow)
+    if stranded is not None:
+        raise _stranded_error(workflow, stranded)
     current = scheduling.current_execution(session, workflow)
     continuation = None if current is not None else _continuation_point(session, workflow)
-    if (
-        current is None
-        and continuation is None
-        and workflow.steps.named(workflow.next_step_name) is None
-    ):
-        raise _stranded_error(workflow)
     if current is not None and current.state == StepState.IN_PROGRESS:
         # Paused while its step ran, resumed before the step ended: the step is still running,
         # so the workflow goes back to performing and the step's result is applied as usual.
@@ -170,7 +167,9 @@ def resume(workflow: Workflow) -> StepExecution | None:
     transitions.workflow_ready(workflow)
     if current is not None:
         if current.state == StepState.WAITING:
-            signals.rendezvous_waiting(session, workflow, current)
+            # Its deadline passed while paused: the time-out fires now (SPEC §6.1).
+            if not timeouts.fire_on_resume(session, workflow, current):
+                signals.rendezvous_waiting(session, workflow, current)
             return scheduling.current_execution(session, workflow)
         if current.state == StepState.SCHEDULED:
             scheduling.enqueue_execution(
@@ -182,6 +181,33 @@ def resume(workflow: Workflow) -> StepExecution | None:
     step_def = workflow.steps.named(workflow.next_step_name)
     assert step_def is not None
     return scheduling.create_step_execution(session, workflow, step_def, None)
+
+
+def stranded_step(session: Any, workflow: Workflow) -> str | None:
+    """The undefined step a resume of ``workflow`` would be stranded on (None: resumable).
+
+    The one rule :func:`resume` refuses by and the bulk preview predicts with: nothing to pick
+    up and a next step the class no longer defines, or parked on a step the class no longer
+    defines ("resumed" would leave it parked for good: nothing can wake it).
+    """
+    current = scheduling.current_execution(session, workflow)
+    if current is None:
+        if (
+            workflow.steps.named(workflow.next_step_name) is None
+            and _continuation_point(session, workflow) is None
+        ):
+            return str(workflow.next_step_name)
+        return None
+    if current.state == StepState.WAITING and workflow.steps.named(current.step_name) is None:
+        return str(current.step_name)
+    return None
+
+
+def unrunnable_current_step(workflow: Workflow) -> str | None:
+    """The step a reattempt of a ready ``workflow`` would run, when its class no longer
+    defines it (None: it can run). :func:`reattempt` refuses it by this rule."""
+    name = scheduling.reference_step_name(workflow)
+    return None if workflow.steps.named(name) is not None else str(name)
 
 
 def _continuation_point(session: Any, workflow: Workflow) -> StepExecution | None:
@@ -235,15 +261,15 @@ def _runnable_names(workflow: Workflow) -> str:
     return ", ".join(names) if names else "(none)"
 
 
-def _stranded_error(workflow: Workflow) -> StepNotDefinedError:
+def _stranded_error(workflow: Workflow, step: str | None = None) -> StepNotDefinedError:
     cls = type(workflow).__name__
-    step = workflow.next_step_name
+    step = step or workflow.next_step_name
     return StepNotDefinedError(
         f"Cannot resume {_label(workflow)}: step '{step}' is no longer defined in {cls}. Pick "
         f"the step to continue from with resume_at(step_name) - the steps still defined are "
         f"{_runnable_names(workflow)} - or cancel() the workflow. To stop future removals from "
         f"stranding workflows this way, leave `{step} = removed_step()` in place of the deleted "
-        "step.",
+        f'step, or `{step} = renamed_step(to="new_name")` in place of a renamed one.',
         workflow=workflow,
     )
 
@@ -351,5 +377,13 @@ def reattempt(workflow: Workflow) -> StepExecution | None:
     if workflow.state != WorkflowState.READY:
         raise InvalidStateError(
             f"Cannot reattempt a {workflow.state} workflow ({_label(workflow)})."
+        )
+    missing = unrunnable_current_step(workflow)
+    if missing is not None:
+        raise StepNotDefinedError(
+            f"Cannot reattempt {_label(workflow)}: step '{missing}' is no longer defined in "
+            f"{type(workflow).__name__}. Pause it, then resume_at(step_name) one of "
+            f"{_runnable_names(workflow)}, or cancel() it.",
+            workflow=workflow,
         )
     return scheduling.reschedule_current_step(session, workflow, None)

@@ -9,7 +9,7 @@ builds the statements anew - about half of a step's CPU time (bench/RESULTS.md, 
 Here the same changes are written with one prebuilt Core ``UPDATE`` (or ``INSERT``) per row,
 binding exactly the columns whose attributes changed - on PostgreSQL a flush's UPDATEs travel
 as one statement of data-modifying CTEs, on MariaDB/MySQL as one multi-table UPDATE, one round
-trip either way - and the objects are then marked clean
+trip either way (``Dialect.write_updates``, engine/dialects/) - and the objects are then marked clean
 as a flush would leave them (a rollback expunges or expires them as after a flush). What the
 fast path does not cover - a changed relationship, a pending delete, any other kind of
 object - falls back to ``Session.flush()``, so the contract of the unit of work (every change
@@ -37,14 +37,9 @@ from sqlalchemy import (
     Table,
     Update,
     bindparam,
-    func,
     insert,
     inspect,
-    literal,
     literal_column,
-    select,
-    text,
-    true,
     update,
 )
 from sqlalchemy.orm import (
@@ -55,9 +50,10 @@ from sqlalchemy.orm import (
 )
 from sqlalchemy.orm.base import NO_VALUE
 
-from geneva_drive import transitions
+from geneva_drive import counts, transitions
 from geneva_drive.compiled import Compiled
-from geneva_drive.models import MYSQL_DIALECTS, Base, StepExecution, utcnow
+from geneva_drive.dialects import Dialect, Sweep, Write, dialect_for
+from geneva_drive.models import Base, StepExecution, utcnow
 from geneva_drive.states import STRAY_STEP_STATES
 
 # The tables written here: workflows (every Workflow subclass shares the one table) and step
@@ -148,23 +144,48 @@ def flush(
     changes) is left to ``Session.flush()`` afterwards, which then finds the fast-written
     objects clean.
 
-    On PostgreSQL the UPDATEs go out as one statement (data-modifying CTEs), one round trip
-    instead of one per row; ``asynchronous_commit`` adds ``set_config('synchronous_commit',
-    'off', true)`` to it (the transaction's commit then does not wait for its WAL flush).
-    MariaDB/MySQL send them as one multi-table UPDATE; they have no per-transaction commit
-    durability (``innodb_flush_log_at_trx_commit`` is server-wide), so ``asynchronous_commit``
-    changes nothing there.
+    Where the database can (``Dialect.write_updates``), the UPDATEs go out as one statement,
+    one round trip instead of one per row: on PostgreSQL data-modifying CTEs, whose
+    ``asynchronous_commit`` adds ``set_config('synchronous_commit', 'off', true)`` (the
+    transaction's commit then does not wait for its WAL flush); on MariaDB/MySQL one
+    multi-table UPDATE.
 
     ``sweep`` (workflow id, time): cancel that workflow's stray executions (the scheduler's
     sweep, engine/scheduling.py) in the same statement - only where that is the same as
-    sweeping first: on PostgreSQL and MariaDB/MySQL, with changes to write, none of them to an execution that is
-    or was loaded as stray (the sweep also excludes the written rows by id: one statement never
-    changes a row twice). Returns True if it swept; False, having written nothing, if the
-    caller must sweep first and flush afterwards.
+    sweeping first: where the dialect has ``combined_flush``, with changes to write, none of
+    them to an execution that is or was loaded as stray (the sweep also excludes the written
+    rows by id: one statement never changes a row twice). Returns True if it swept; False,
+    having written nothing, if the caller must sweep first and flush afterwards.
     """
+    writes, rest = _pending_writes(session)
+    connection = session.connection() if writes or asynchronous_commit or sweep else None
+    dialect = dialect_for(connection) if connection is not None else None
+    if sweep is not None and not _can_sweep(dialect, writes):
+        return False
+    if not writes and not asynchronous_commit:
+        if rest:
+            session.flush()
+        return False
+    assert connection is not None and dialect is not None
+    _write_rows(connection, dialect, writes, asynchronous_commit, sweep)
+    identity_map = session.identity_map
+    for state, row in writes:
+        if "v_state" in row.params and row.table.name == counts.WORKFLOWS_TABLE:
+            counts.record_row_write(session, state, row.params["v_state"])
+        state._commit_all(state.dict, identity_map)
+        # As a flush does: a rollback (of a savepoint too) expires what this transaction wrote.
+        session._register_altered([state])
+    if rest:
+        session.flush()
+    return sweep is not None
+
+
+def _pending_writes(session: Session) -> tuple[list[tuple[InstanceState[Any], Write]], bool]:
+    """The UPDATE of each changed workflow and execution, and whether anything else is
+    pending (left to ``Session.flush()``). Objects whose changes cancel out are marked clean."""
     identity_map = session.identity_map
     rest = bool(session.new) or bool(session.deleted)
-    writes: list[tuple[InstanceState[Any], Table, tuple[str, ...], dict[str, Any]]] = []
+    writes: list[tuple[InstanceState[Any], Write]] = []
     for obj in list(session.dirty):
         state: InstanceState[Any] = inspect(obj)
         table = state.mapper.persist_selectable
@@ -188,40 +209,42 @@ def flush(
         names = tuple(sorted(changed))
         params = {f"v_{name}": changed[name] for name in names}
         params["pk"] = state.identity[0] if state.identity else None
-        writes.append((state, table, names, params))
-    connection = session.connection() if writes or asynchronous_commit or sweep else None
-    postgresql = connection is not None and connection.dialect.name == "postgresql"
-    mysql = connection is not None and connection.dialect.name in MYSQL_DIALECTS
-    if sweep is not None:
-        if not ((postgresql or mysql) and writes) or any(_stray(state) for state, *_ in writes):
-            return False
-    if not writes and not asynchronous_commit:
-        if rest:
-            session.flush()
+        writes.append((state, Write(table, names, params)))
+    return writes, rest
+
+
+def _can_sweep(dialect: Dialect | None, writes: list[tuple[InstanceState[Any], Write]]) -> bool:
+    """Whether the sweep can go out with these writes (see :func:`flush`)."""
+    if dialect is None or not dialect.combined_flush or not writes:
         return False
-    assert connection is not None
-    if postgresql and (len(writes) > 1 or asynchronous_commit or sweep is not None):
-        shapes = tuple((table.name, names) for _state, table, names, _params in writes)
-        combined: dict[str, Any] = {}
-        for index, (_state, _table, _names, params) in enumerate(writes):
-            combined.update({f"p{index}_{key}": value for key, value in params.items()})
-        if sweep is not None:
-            combined["s_workflow_id"], combined["s_now"] = sweep
-        _combined_statement(shapes, asynchronous_commit, sweep is not None).execute(
-            connection, combined
+    return not any(_stray(state) for state, _row in writes)
+
+
+def _write_rows(
+    connection: Connection,
+    dialect: Dialect,
+    writes: list[tuple[InstanceState[Any], Write]],
+    asynchronous_commit: bool,
+    sweep: tuple[int, datetime] | None,
+) -> None:
+    """The writes in one statement where the dialect can, else one UPDATE per row."""
+    rows = [write for _state, write in writes]
+    stray = None
+    if sweep is not None:
+        stray = Sweep(
+            workflow_id=sweep[0],
+            now=sweep[1],
+            executions=_EXECUTIONS,
+            stray_states=frozenset(STRAY_STEP_STATES),
+            statement=stray_sweep,
+            columns=transitions.swept_columns,
         )
-    elif mysql and (len(writes) > 1 or sweep is not None):
-        _joined_writes(connection, writes, sweep)
-    else:
-        for _state, table, names, params in writes:
-            _update_statement(table, names).execute(connection, params)
-    for state, _table, _names, _params in writes:
-        state._commit_all(state.dict, identity_map)
-        # As a flush does: a rollback (of a savepoint too) expires what this transaction wrote.
-        session._register_altered([state])
-    if rest:
-        session.flush()
-    return sweep is not None
+    if dialect.write_updates(
+        connection, rows, asynchronous_commit=asynchronous_commit, sweep=stray
+    ):
+        return
+    for write in rows:
+        _update_statement(write.table, write.names).execute(connection, write.params)
 
 
 def _stray(state: InstanceState[Any]) -> bool:
@@ -249,131 +272,6 @@ def stray_sweep(prefix: str = "", exclude: tuple[str, ...] = ()) -> Update:
     ]
     conditions.extend(table.c.id != bindparam(name) for name in exclude)
     return update(table).where(*conditions).values(**transitions.swept_columns(now))
-
-
-_combined: dict[tuple[tuple[tuple[str, tuple[str, ...]], ...], bool, bool], Compiled] = {}
-
-
-def _combined_statement(
-    shapes: tuple[tuple[str, tuple[str, ...]], ...], asynchronous_commit: bool, sweep: bool
-) -> Compiled:
-    """``WITH u0 AS (UPDATE …), u1 AS (UPDATE …) SELECT …``: PostgreSQL runs every
-    data-modifying CTE exactly once, to completion, whether or not it is referenced.
-    All of them see the snapshot the statement started with."""
-    key = (shapes, asynchronous_commit, sweep)
-    statement = _combined.get(key)
-    if statement is None:
-        tables = Base.metadata.tables
-        ctes = []
-        for index, (table_name, names) in enumerate(shapes):
-            table = tables[table_name]
-            ctes.append(
-                update(table)
-                .where(table.c.id == bindparam(f"p{index}_pk"))
-                .values(_bound_values(table, names, prefix=f"p{index}_"))
-                .returning(table.c.id)
-                .cte(f"geneva_write_{index}")
-            )
-        if sweep:
-            written = tuple(
-                f"p{index}_pk"
-                for index, (table_name, _names) in enumerate(shapes)
-                if table_name == _EXECUTIONS.name
-            )
-            ctes.append(stray_sweep("s_", written).returning(_EXECUTIONS.c.id).cte("geneva_sweep"))
-        head = (
-            func.set_config("synchronous_commit", "off", true())
-            if asynchronous_commit
-            else literal(1)
-        )
-        statement = _combined[key] = Compiled(select(head).add_cte(*ctes))
-    return statement
-
-
-_joined: dict[tuple[tuple[tuple[str, tuple[str, ...]], ...], bool], Compiled] = {}
-
-
-def _joined_writes(
-    connection: Connection,
-    writes: list[tuple[InstanceState[Any], Table, tuple[str, ...], dict[str, Any]]],
-    sweep: tuple[int, datetime] | None,
-) -> None:
-    """MariaDB/MySQL: a flush's UPDATEs (and the sweep) as one multi-table UPDATE.
-
-    Neither has data-modifying CTEs nor ``UPDATE … RETURNING``, but a multi-table UPDATE
-    changes every row of its join once, in one statement: the written rows are joined by id
-    (each matches exactly one row), the sweep's strays by a LEFT JOIN that may match none
-    (its SET then changes nothing). An inner join that finds one of the rows gone would
-    write none of them, so a statement that matched fewer rows than it writes is done again
-    row by row, the sweep first, as the other backends do.
-    """
-    shapes = tuple((table.name, names) for _state, table, names, _params in writes)
-    combined: dict[str, Any] = {}
-    for index, (_state, _table, _names, params) in enumerate(writes):
-        combined.update({f"p{index}_{key}": value for key, value in params.items()})
-    if sweep is not None:
-        combined["s_workflow_id"], combined["s_now"] = sweep
-    matched = _joined_statement(shapes, sweep is not None).execute(connection, combined)
-    if matched >= len(writes):
-        return
-    if sweep is not None:
-        written = tuple(
-            f"p{index}_pk"
-            for index, (table_name, _names) in enumerate(shapes)
-            if table_name == _EXECUTIONS.name
-        )
-        Compiled(stray_sweep("s_", written)).execute(connection, combined)
-    for _state, table, names, params in writes:
-        _update_statement(table, names).execute(connection, params)
-
-
-def _joined_statement(shapes: tuple[tuple[str, tuple[str, ...]], ...], sweep: bool) -> Compiled:
-    """``UPDATE t AS u0 JOIN t1 AS u1 ON u1.id = :p1_pk [LEFT JOIN executions AS s ON …]
-    SET u0.c = :p0_v_c, …, s.state = 'canceled', … WHERE u0.id = :p0_pk``."""
-    key = (shapes, sweep)
-    statement = _joined.get(key)
-    if statement is not None:
-        return statement
-    tables = Base.metadata.tables
-    binds: dict[str, Any] = {}
-    joins: list[str] = []
-    assignments: list[str] = []
-    for index, (table_name, names) in enumerate(shapes):
-        table = tables[table_name]
-        alias = f"u{index}"
-        binds[f"p{index}_pk"] = bindparam(f"p{index}_pk", type_=table.c.id.type)
-        if index == 0:
-            joins.append(f"`{table_name}` AS {alias}")
-        else:
-            joins.append(f"JOIN `{table_name}` AS {alias} ON {alias}.id = :p{index}_pk")
-        for name in names:
-            bind = f"p{index}_v_{name}"
-            binds[bind] = bindparam(bind, type_=table.c[name].type)
-            assignments.append(f"{alias}.`{name}` = :{bind}")
-    if sweep:
-        executions = _EXECUTIONS
-        stray = ", ".join(f"'{state}'" for state in sorted(STRAY_STEP_STATES))
-        excluded = "".join(
-            f" AND s.id <> :p{index}_pk"
-            for index, (table_name, _names) in enumerate(shapes)
-            if table_name == executions.name
-        )
-        joins.append(
-            f"LEFT JOIN `{executions.name}` AS s ON s.workflow_id = :s_workflow_id "
-            f"AND s.state IN ({stray}){excluded}"
-        )
-        binds["s_workflow_id"] = bindparam("s_workflow_id", type_=executions.c.workflow_id.type)
-        binds["s_now"] = bindparam("s_now", type_=executions.c.updated_at.type)
-        # The sweep's columns from the one state writer (transitions.swept_columns), as the
-        # other backends' sweep writes them: finished_at included.
-        now_marker = object()
-        for name, value in transitions.swept_columns(now_marker).items():
-            assignments.append(
-                f"s.`{name}` = :s_now" if value is now_marker else f"s.`{name}` = '{value}'"
-            )
-    sql = f"UPDATE {' '.join(joins)} SET {', '.join(assignments)} WHERE u0.id = :p0_pk"
-    statement = _joined[key] = Compiled(text(sql).bindparams(*binds.values()))
-    return statement
 
 
 def insert_new(session: Session, obj: Any) -> None:
@@ -419,6 +317,8 @@ def insert_new(session: Session, obj: Any) -> None:
     # persistent: registered as new in this transaction, so a rollback expunges it again.
     session.add(obj)
     session._register_persistent({state})
+    if table.name == counts.WORKFLOWS_TABLE:
+        counts.record(session, dict_["type"], None, dict_["state"])
 
 
 def insert_execution(session: Session, **values: Any) -> StepExecution:

@@ -18,6 +18,7 @@ from typing import Any
 from geneva_drive.config import to_timedelta
 from geneva_drive.errors import StepConfigurationError
 from geneva_drive.flow_control import FlowAction, FlowInterrupt
+from geneva_drive.outcomes import Cause, Decision, decide
 
 log = logging.getLogger("geneva_drive.policies")
 
@@ -43,6 +44,11 @@ class PolicyResult:
     report: str = "always"
     wait: timedelta | None = None
     terminal: bool = False
+
+    @property
+    def decision(self) -> Decision:
+        """What the action does to the step and the workflow (engine/outcomes.py)."""
+        return decide(Cause.ERROR, self.action)
 
 
 class LazyExceptionMatcher:

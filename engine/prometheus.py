@@ -26,13 +26,12 @@ Labels never carry ids: ``workflow`` is the stored workflow type, ``step`` a ste
 from __future__ import annotations
 
 import logging
-import os
 import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from prometheus_client import (
     CollectorRegistry,
@@ -46,8 +45,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import REGISTRY, Collector
 
-from geneva_drive import instrumentation
-from geneva_drive.metrics import MetricsSnapshot, get_snapshot
+from geneva_drive import db, instrumentation, limits
+from geneva_drive.config import process_variable
+from geneva_drive.metrics import MetricsSnapshot, cache_max_age, get_snapshot
 from geneva_drive.registry import registered_workflows
 
 log = logging.getLogger("geneva_drive.prometheus")
@@ -72,6 +72,7 @@ HOUSEKEEPING_CLEANED_UP = {
 HOUSEKEEPING_RECOVERED = {
     "stuck_in_progress_recovered": "stuck_in_progress",
     "stuck_scheduled_recovered": "stuck_scheduled",
+    "stranded_waiting_released": "stranded_waiting",
 }
 
 _ACTION_LABEL = re.compile(r"[a-z][a-z0-9_]{0,39}")
@@ -101,6 +102,10 @@ class EventMetrics:
     housekeeping_cleaned_up: Counter
     housekeeping_recovered: Counter
     housekeeping_last_run: Gauge
+    wait_timeouts: Counter
+    children_started: Counter
+    children_joined: Counter
+    limit_deferrals: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None) -> EventMetrics:
@@ -108,9 +113,10 @@ class EventMetrics:
             step_executions=Counter(
                 "geneva_drive_step_executions",
                 "Step executions that ended, by outcome: the step body's outcome (completed, "
-                "interrupted, exception, or the flow-control action), or precondition_skipped / "
-                "precondition_canceled / precondition_exception when skip_if, cancel_if or "
-                "their evaluation ended it before the body ran.",
+                "interrupted, exception, or the flow-control action), step_not_defined when "
+                "the class no longer defines the step (the workflow is paused, stranded), or "
+                "precondition_skipped / precondition_canceled / precondition_exception when "
+                "skip_if, cancel_if or their evaluation ended it before the body ran.",
                 ["workflow", "step", "outcome"],
                 registry=registry,
             ),
@@ -164,6 +170,35 @@ class EventMetrics:
                 registry=registry,
                 multiprocess_mode="mostrecent",
             ),
+            wait_timeouts=Counter(
+                "geneva_drive_wait_timeouts",
+                "Waits for a signal that timed out (SPEC §6.1), by the step's on_timeout action "
+                "(run, skip, cancel, pause).",
+                ["workflow", "step", "action"],
+                registry=registry,
+            ),
+            children_started=Counter(
+                "geneva_drive_children_started",
+                "Child workflows started by a step of their parent (SPEC §6.3), by the parent's "
+                "workflow class.",
+                ["workflow"],
+                registry=registry,
+            ),
+            children_joined=Counter(
+                "geneva_drive_children_joined",
+                "Child workflows whose end reached their parent (once per child, SPEC §6.3), by "
+                "the parent's workflow class and the child's end (finished, canceled).",
+                ["workflow", "state"],
+                registry=registry,
+            ),
+            limit_deferrals=Counter(
+                "geneva_drive_limit_deferrals",
+                "Executions deferred at their start by a concurrency or rate limit (SPEC §6.2): "
+                "no slot or token of their key was free. Labelled by the limit's name only "
+                "(keys are unbounded).",
+                ["limit"],
+                registry=registry,
+            ),
         )
 
     def collectors(self) -> list[Any]:
@@ -198,6 +233,10 @@ def install(
         instrumentation.signal_delivered.connect(_on_signal, weak=False)
         instrumentation.operator_action.connect(_on_operator_action, weak=False)
         instrumentation.housekeeping_performed.connect(_on_housekeeping, weak=False)
+        instrumentation.wait_timed_out.connect(_on_wait_timed_out, weak=False)
+        instrumentation.child_started.connect(_on_child_started, weak=False)
+        instrumentation.child_joined.connect(_on_child_joined, weak=False)
+        instrumentation.limit_deferred.connect(_on_limit_deferred, weak=False)
         _metrics, _registry = metrics, registry
         return metrics
 
@@ -213,6 +252,10 @@ def uninstall() -> None:
         instrumentation.signal_delivered.disconnect(_on_signal)
         instrumentation.operator_action.disconnect(_on_operator_action)
         instrumentation.housekeeping_performed.disconnect(_on_housekeeping)
+        instrumentation.wait_timed_out.disconnect(_on_wait_timed_out)
+        instrumentation.child_started.disconnect(_on_child_started)
+        instrumentation.child_joined.disconnect(_on_child_joined)
+        instrumentation.limit_deferred.disconnect(_on_limit_deferred)
         if _registry is not None:
             for collector in _metrics.collectors():
                 _registry.unregister(collector)
@@ -274,6 +317,36 @@ def _on_operator_action(sender: Any, **payload: Any) -> None:
     action = str(payload.get("action") or "unknown")
     # Action names come from code, but keep the label bounded whatever a caller sends.
     metrics.operator_actions.labels(action if _ACTION_LABEL.fullmatch(action) else "other").inc()
+
+
+def _on_wait_timed_out(sender: Any, **payload: Any) -> None:
+    metrics = _metrics
+    if metrics is None:
+        return
+    metrics.wait_timeouts.labels(
+        workflow_label(payload), str(payload.get("step_name")), str(payload.get("action"))
+    ).inc()
+
+
+def _on_child_started(sender: Any, **payload: Any) -> None:
+    metrics = _metrics
+    if metrics is None:
+        return
+    metrics.children_started.labels(workflow_label(payload)).inc()
+
+
+def _on_child_joined(sender: Any, **payload: Any) -> None:
+    metrics = _metrics
+    if metrics is None:
+        return
+    metrics.children_joined.labels(workflow_label(payload), str(payload.get("state"))).inc()
+
+
+def _on_limit_deferred(sender: Any, **payload: Any) -> None:
+    metrics = _metrics
+    if metrics is None:
+        return
+    metrics.limit_deferrals.labels(str(payload.get("limit"))).inc()
 
 
 def _on_housekeeping(sender: Any, **payload: Any) -> None:
@@ -355,7 +428,13 @@ def snapshot_metrics(snapshot: MetricsSnapshot) -> Iterator[Metric]:
         "Step executions in progress for longer than stuck_in_progress_threshold.",
         labels=["workflow"],
     )
+    unexplained = GaugeMetricFamily(
+        "geneva_drive_unexplained_workflows",
+        "Ongoing workflows with no explained next event (geneva-drive doctor lists them).",
+        labels=["workflow"],
+    )
     for cls in snapshot.classes:
+        unexplained.add_metric([cls.workflow], cls.unexplained)
         for state, count in cls.states.items():
             workflows.add_metric([cls.workflow, state], count)
         paused_ratio.add_metric([cls.workflow], cls.paused_ratio)
@@ -371,6 +450,7 @@ def snapshot_metrics(snapshot: MetricsSnapshot) -> Iterator[Metric]:
         yield waiting_overdue
     yield overdue
     yield stuck
+    yield unexplained
     yield GaugeMetricFamily(
         "geneva_drive_oldest_overdue_seconds",
         "How late the most overdue scheduled step execution is (0 when none is).",
@@ -406,7 +486,68 @@ def exposition_registry(*, database: bool = False) -> CollectorRegistry:
         registry.register(_Delegate(REGISTRY))
     if database:
         registry.register(DatabaseCollector())
+        registry.register(LimitCollector())
     return registry
+
+
+def clear_limit_cache() -> None:
+    """Forget the cached limit gauges (tests; the next scrape reads them again)."""
+    with LimitCollector._lock:
+        LimitCollector._cache = (-1e9, [])
+
+
+class LimitCollector(Collector):
+    """``geneva_drive_limit_in_use{limit}`` and ``geneva_drive_limit_waiting{limit}`` (SPEC
+    §6.2): grouped over the limited executions only (the partial slot indexes), cached like
+    the other database gauges. Nothing is read, and nothing exposed, while no registered class
+    declares a limit. The cache period is the snapshot's (``METRICS_CACHE_SECONDS``), so one
+    setting says how fresh every database gauge is."""
+
+    NAMES = ("geneva_drive_limit_in_use", "geneva_drive_limit_waiting")
+    #: Shared by every instance (a registry may be built per scrape): (taken, rows).
+    _cache: ClassVar[tuple[float, list[tuple[str, int, int]]]] = (-1e9, [])
+    _lock = threading.Lock()
+
+    @property
+    def max_age(self) -> float:
+        return cache_max_age()
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def _read(self) -> list[tuple[str, int, int]]:
+        with LimitCollector._lock:
+            taken, rows = LimitCollector._cache
+            if time.monotonic() - taken >= self.max_age:
+                with db.new_session() as session:
+                    rows = [(u.name, u.in_use, u.waiting) for u in limits.usage(session)]
+                LimitCollector._cache = (time.monotonic(), rows)
+            return rows
+
+    def collect(self) -> Iterator[Metric]:
+        if not limits.declared_limits():
+            return
+        try:
+            rows = self._read()
+        except Exception:
+            log.exception("could not read the limit gauges")
+            return
+        in_use = GaugeMetricFamily(
+            "geneva_drive_limit_in_use",
+            "Executions in progress under each concurrency limit (all keys).",
+            labels=["limit"],
+        )
+        waiting = GaugeMetricFamily(
+            "geneva_drive_limit_waiting",
+            "Executions deferred by each concurrency or rate limit, waiting for a slot or a "
+            "token (all keys).",
+            labels=["limit"],
+        )
+        for name, used, deferred in rows:
+            in_use.add_metric([name], used)
+            waiting.add_metric([name], deferred)
+        yield in_use
+        yield waiting
 
 
 class _Delegate(Collector):
@@ -429,14 +570,14 @@ def start_worker_server(port: int | None = None, addr: str | None = None) -> boo
     from prometheus_client import start_http_server
 
     if port is None:
-        raw = os.environ.get("GENEVA_WORKER_METRICS_PORT", "").strip()
+        raw = process_variable("GENEVA_WORKER_METRICS_PORT")
         if not raw:
             return False
         try:
             port = int(raw)
         except ValueError as exc:
             raise ValueError(f"GENEVA_WORKER_METRICS_PORT={raw!r} is not a port number") from exc
-    addr = addr or os.environ.get("GENEVA_WORKER_METRICS_ADDR") or "127.0.0.1"
+    addr = addr or process_variable("GENEVA_WORKER_METRICS_ADDR") or "127.0.0.1"
     if not is_multiprocess():
         log.warning(
             "serving worker metrics without PROMETHEUS_MULTIPROC_DIR: steps run in prefork "

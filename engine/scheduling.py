@@ -15,9 +15,10 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, object_session
 
-from geneva_drive import db, inline, persistence, transitions
+from geneva_drive import db, inline, limits, persistence, transitions
 from geneva_drive.compiled import Compiled
 from geneva_drive.config import settings
+from geneva_drive.dialects import dialect_for
 from geneva_drive.errors import StepNotDefinedError
 from geneva_drive.job_options import merge
 from geneva_drive.models import StepExecution, utcnow
@@ -43,10 +44,7 @@ def lock_workflow(session: Session, workflow: Workflow) -> Workflow:
     """Take the workflow row lock (FOR UPDATE; the write lock on SQLite) and reload the row."""
     db.begin_write(session)
     session.flush()
-    if db.is_sqlite(session):
-        session.refresh(workflow)
-    else:
-        session.refresh(workflow, with_for_update=True)
+    dialect_for(session).refresh_locked(session, workflow)
     return workflow
 
 
@@ -97,24 +95,6 @@ def job_options_for(workflow: Workflow, step_def: StepDefinition | None) -> dict
     )
 
 
-def plan_send(
-    workflow: Workflow,
-    step_def: StepDefinition | None,
-    scheduled_for: datetime,
-    *,
-    force: bool = False,
-) -> Message | None:
-    """Decide whether an execution due at ``scheduled_for`` is sent at commit.
-
-    Executions due within the dispatch horizon get a message (with a countdown); later ones
-    get none and keep ``sent_at`` NULL until the dispatcher finds them due. ``force`` sends
-    regardless of ``scheduled_for`` (the dispatcher and ``resume()`` use it for due work).
-    Configured ``wait``/``wait_until`` job options within the horizon delay the message
-    without changing ``scheduled_for``, as in the gem; beyond it, see :func:`plan`.
-    """
-    return plan(workflow, step_def, scheduled_for, force=force)[0]
-
-
 def plan(
     workflow: Workflow,
     step_def: StepDefinition | None,
@@ -122,7 +102,14 @@ def plan(
     *,
     force: bool = False,
 ) -> tuple[Message | None, datetime]:
-    """:func:`plan_send`, and the time the row must be due at when no message is sent.
+    """Decide whether an execution due at ``scheduled_for`` is sent at commit: the message (or
+    None), and the time the row must be due at when no message is sent.
+
+    Executions due within the dispatch horizon get a message (with a countdown); later ones
+    get none and keep ``sent_at`` NULL until the dispatcher finds them due. ``force`` sends
+    regardless of ``scheduled_for`` (the dispatcher and ``resume()`` use it for due work).
+    Configured ``wait``/``wait_until`` job options within the horizon delay the message
+    without changing ``scheduled_for``, as in the gem.
 
     No message ever carries a countdown beyond the dispatch horizon: a worker would hold it in
     memory and Redis would redeliver it past its visibility timeout (SPEC §1.2). A ``wait`` or
@@ -217,6 +204,9 @@ def _insert_execution(
         held, message = message, None
     else:
         held = None
+    if limits.has_limits(workflow, step_def):
+        # Keys are evaluated now and stored on the row (SPEC §6.2); unlimited steps skip this.
+        columns.update(limits.columns(workflow, step_def))
     transitions.point_at(workflow, step_name)
     if not fresh:  # a workflow inserted in this very call has no executions to sweep
         # The changes so far are written right after (before the INSERT): together with it.
@@ -228,7 +218,10 @@ def _insert_execution(
         workflow_id=workflow.id,
         step_name=step_name,
         **transitions.new_execution_columns(scheduled_for),
-        job_id=message.job_id if message else None,
+        # A held row gets its job id too (inline rows look like published ones); with no
+        # sent_at it is the creating worker's to claim, and the dispatcher leaves it alone for
+        # one dispatch_interval (engine/dispatch.py) before it sends it as a lost hand-off.
+        job_id=message.job_id if message else (held.job_id if held else None),
         sent_at=now if message else None,
         **columns,
     )
@@ -256,12 +249,17 @@ def create_step_execution(
 def create_successor_execution(
     session: Session, workflow: Workflow, predecessor: StepExecution, wait: timedelta | None = None
 ) -> StepExecution:
-    """The next link of a resumable chain: same step, the predecessor's cursor and signal pin."""
+    """The next link of a resumable chain: same step, the predecessor's cursor and signal pin.
+
+    The link takes the step's current name: a chain begun before ``renamed_step`` continues
+    under the new name (SPEC §6.4: scheduling never uses the old name again). Without a
+    definition the stored name is kept, so the stranded link stays visible under it."""
+    step_def = workflow.steps.named(predecessor.step_name)
     return _insert_execution(
         session,
         workflow,
-        workflow.steps.named(predecessor.step_name),
-        predecessor.step_name,
+        step_def,
+        step_def.name if step_def is not None else predecessor.step_name,
         wait,
         continues_from_id=predecessor.id,
         cursor=predecessor.cursor,
@@ -269,11 +267,17 @@ def create_successor_execution(
     )
 
 
-def finish_workflow(session: Session, workflow: Workflow) -> None:
-    # A finished workflow keeps no live execution. Normally the one that ran is closed already;
-    # an operator skip of a paused workflow's last step leaves the preserved scheduled or
-    # parked execution, which the next create would sweep - there is no next create here.
-    cancel_stray_executions(session, workflow)
+def finish_workflow(session: Session, workflow: Workflow, *, sweep: bool = True) -> None:
+    """The workflow ran out of steps: finished, with no step pointers.
+
+    A finished workflow keeps no live execution. Normally the one that ran is closed already;
+    an operator skip of a paused workflow's last step leaves the preserved scheduled or parked
+    execution, which the next create would sweep - there is no next create here.
+    ``sweep=False``: the caller has just closed the workflow's in-progress execution (the
+    executor's finalize), which held its one current slot, so no stray exists to sweep.
+    """
+    if sweep:
+        cancel_stray_executions(session, workflow)
     transitions.workflow_finished(workflow, out_of_steps=True)
     persistence.flush(session)  # Core UPDATEs, not the unit of work (engine/persistence.py)
 
@@ -281,6 +285,11 @@ def finish_workflow(session: Session, workflow: Workflow) -> None:
 def reference_step_name(workflow: Workflow, current: str | None = None) -> str | None:
     """The step scheduling counts from: the running step, else the last scheduled one."""
     return current or workflow.current_step_name or workflow.next_step_name
+
+
+def following_step(workflow: Workflow, current: str | None = None) -> StepDefinition | None:
+    """The runnable step after the reference step (None: the workflow is out of steps)."""
+    return workflow.steps.next_after(reference_step_name(workflow, current))
 
 
 def schedule_next_step(
@@ -295,7 +304,7 @@ def schedule_next_step(
     ``current`` names the step that just ran when the caller has already cleared
     ``current_step_name`` (the executor does, so the workflow row is written once).
     """
-    following = workflow.steps.next_after(reference_step_name(workflow, current))
+    following = following_step(workflow, current)
     if following is None:
         finish_workflow(session, workflow)
         return None

@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm import Session
 
-from geneva_drive import scheduling, transitions
+from geneva_drive import children, scheduling, transitions
 from geneva_drive.errors import WorkflowNotOngoing
 from geneva_drive.instrumentation import signal_delivered
 from geneva_drive.models import Signal, StepExecution, utcnow
@@ -290,6 +290,9 @@ def rendezvous_waiting(session: Session, workflow: Workflow, execution: StepExec
         scheduling.schedule_next_step(session, workflow)
         return
     if step_def is None:
+        return
+    if step_def.wait_for_children:
+        children.rendezvous(session, workflow, execution)
         return
     if not step_def.waits_for_signal:
         transitions.wake_execution(execution)

@@ -21,7 +21,8 @@ Step execution states (``STEP_TRANSITIONS``)::
     scheduled ──▶ in_progress ──▶ completed | failed | canceled | skipped
         │  ▲
         ▼  │
-      waiting   (parked at the signal gate; woken back to scheduled)
+      waiting   (parked at the signal gate; woken back to scheduled by a signal, or by a
+                 time-out with on_timeout="run"; closed skipped or canceled by the others)
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from geneva_drive.errors import InvalidStateTransition
+from geneva_drive.errors import InvalidTransitionError
 
 # The functions that perform these transitions, with their bookkeeping, are in
 # geneva_drive.transitions; this module only says what exists and what is legal.
@@ -70,6 +71,34 @@ class Outcome(StrEnum):
     FAILED = "failed"
     RECOVERED = "recovered"
     WORKFLOW_PAUSED = "workflow_paused"
+    #: The wait for a signal ran past the step's ``timeout=`` and ``on_timeout=`` acted
+    #: (SPEC §6.1): on the parked execution, or for ``"run"`` on the execution that ran.
+    TIMED_OUT = "timed_out"
+
+
+class ChildFailureAction(StrEnum):
+    """What a step's ``on_child_failure=`` does when a child it waited for ended canceled
+    (SPEC §6.3)."""
+
+    #: The join's execution ends canceled and the workflow is paused; resume() runs the step.
+    PAUSE = "pause"
+    #: The join's execution and the workflow end canceled.
+    CANCEL = "cancel"
+    #: The step runs as if every child had finished.
+    CONTINUE = "continue"
+
+
+class TimeoutAction(StrEnum):
+    """What a step's ``on_timeout=`` does when its wait for a signal runs out (SPEC §6.1)."""
+
+    #: The body runs without a signal (``received_signal is None``, ``wait_timed_out``).
+    RUN = "run"
+    #: The execution ends skipped and the workflow moves on to the next step.
+    SKIP = "skip"
+    #: The execution and the workflow end canceled.
+    CANCEL = "cancel"
+    #: The execution ends canceled and the workflow is paused; resume() parks the step again.
+    PAUSE = "pause"
 
 
 class Operation(StrEnum):
@@ -202,10 +231,12 @@ STEP_STATE_OUTCOMES: dict[str, frozenset[str | None]] = {
             Outcome.CONTINUED,
             Outcome.WORKFLOW_PAUSED,
             Outcome.RECOVERED,
+            Outcome.TIMED_OUT,  # on_timeout="run": the body ran without a signal
         }
     ),
-    StepState.CANCELED: frozenset({Outcome.CANCELED, Outcome.RECOVERED}),
-    StepState.SKIPPED: frozenset({Outcome.SKIPPED}),
+    # on_timeout="cancel" and "pause" close the parked execution canceled, "skip" skipped.
+    StepState.CANCELED: frozenset({Outcome.CANCELED, Outcome.RECOVERED, Outcome.TIMED_OUT}),
+    StepState.SKIPPED: frozenset({Outcome.SKIPPED, Outcome.TIMED_OUT}),
     StepState.FAILED: frozenset({Outcome.FAILED, Outcome.CANCELED}),
 }
 
@@ -235,19 +266,19 @@ def check_workflow_transition(old: str, new: str) -> bool:
     """Validate a workflow transition (geneva_drive.transitions performs it).
 
     Returns False for a same-state transition (a silent no-op, as in the gem) and True when
-    the state should change. Raises :class:`InvalidStateTransition` otherwise.
+    the state should change. Raises :class:`InvalidTransitionError` otherwise.
     """
     if old == new:
         return False
     if new not in WORKFLOW_TRANSITIONS.get(old, frozenset()):
-        raise InvalidStateTransition(f"Cannot transition workflow from '{old}' to '{new}'")
+        raise InvalidTransitionError(f"Cannot transition workflow from '{old}' to '{new}'")
     return True
 
 
 def check_step_transition(old: str, new: str) -> None:
     """Validate a step-execution transition (no same-state shortcut)."""
     if new not in STEP_TRANSITIONS.get(old, frozenset()):
-        raise InvalidStateTransition(f"Cannot transition step execution from '{old}' to '{new}'")
+        raise InvalidTransitionError(f"Cannot transition step execution from '{old}' to '{new}'")
 
 
 def is_still_running(workflow_state: str, execution_state: str) -> bool:

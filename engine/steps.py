@@ -1,7 +1,7 @@
 """Step definitions, their validation, and the ordered step collection.
 
-``@step``, ``@resumable_step`` and ``removed_step()`` leave a :class:`StepSpec` in the class
-body; ``Workflow.__init_subclass__`` turns the specs into :class:`StepDefinition` objects in
+``@step``, ``@resumable_step``, ``removed_step()`` and ``renamed_step(to=...)`` leave a
+:class:`StepSpec` in the class body; ``Workflow.__init_subclass__`` turns the specs into :class:`StepDefinition` objects in
 definition order and validates them *when the class is defined* (reference engine-core §3.1).
 """
 
@@ -14,8 +14,10 @@ from typing import Any, Protocol, cast, overload
 
 from geneva_drive.errors import StepConfigurationError
 from geneva_drive.job_options import validate_job_options
+from geneva_drive.limits import ConcurrencyLimit, RateLimit, check_step_limits
 from geneva_drive.policies import CombinedExceptionPolicy, ExceptionPolicy, step_policy_from_option
 from geneva_drive.signal_matcher import SignalMatcher
+from geneva_drive.states import ChildFailureAction, TimeoutAction
 
 
 @dataclass
@@ -27,6 +29,8 @@ class StepSpec:
     resumable: bool = False
     removed: bool = False
     counter: int = 0
+    #: ``renamed_step(to=...)``: the step this old name now stands for (not a step itself).
+    renamed_to: str | None = None
 
 
 @dataclass
@@ -47,10 +51,27 @@ class StepDefinition:
     max_runtime: timedelta | None = None
     #: The workflow method that runs the step (so a subclass may override it by name).
     method_name: str | None = None
+    #: How long the step waits for its signal once parked (SPEC §6.1); None: for ever.
+    timeout: timedelta | None = None
+    #: What happens when ``timeout`` runs out (set exactly when ``timeout`` is).
+    on_timeout: TimeoutAction | None = None
+    #: Parks until every child workflow started before it has ended (SPEC §6.3).
+    wait_for_children: bool = False
+    #: What a child that ended canceled does to the join (set exactly when waiting for them).
+    on_child_failure: ChildFailureAction | None = None
+    #: Limits of this step (SPEC §6.2, engine/limits.py).
+    concurrency_limit: ConcurrencyLimit | None = None
+    rate_limit: RateLimit | None = None
 
     @property
     def waits_for_signal(self) -> bool:
         return self.wait_for is not None
+
+    @property
+    def parks(self) -> bool:
+        """Does the step park its execution (``waiting``) until something arrives: a signal
+        or the end of its children?"""
+        return self.wait_for is not None or self.wait_for_children
 
     @property
     def signal_matcher(self) -> Any:
@@ -124,12 +145,27 @@ def build_definition(
     skip_if = _check_skip_if(label, opts.pop("skip_if", None))
     job_options = validate_job_options(opts.pop("job_options", None), f"Step '{name}'")
     wait_for = _check_wait_for(label, opts.pop("wait_for", None))
+    wait_for_children, on_child_failure = _check_children(
+        label,
+        opts.pop("wait_for_children", False),
+        opts.pop("on_child_failure", None),
+        waits_for_signal=wait_for is not None,
+    )
+    timeout, on_timeout = _check_timeout(
+        label,
+        opts.pop("timeout", None),
+        opts.pop("on_timeout", None),
+        waits=wait_for is not None or wait_for_children,
+    )
     max_iterations, max_runtime = _check_limits(
         label,
         f"Resumable step '{name}' of {class_name}",
         spec.resumable,
         opts.pop("max_iterations", None),
         opts.pop("max_runtime", None),
+    )
+    concurrency_limit, rate_limit = check_step_limits(
+        label, class_name, name, opts.pop("concurrency_limit", None), opts.pop("rate_limit", None)
     )
     opts.pop("name", None)
     if opts:
@@ -149,7 +185,103 @@ def build_definition(
         resumable=spec.resumable,
         max_iterations=max_iterations,
         max_runtime=max_runtime,
+        timeout=timeout,
+        on_timeout=on_timeout,
+        wait_for_children=wait_for_children,
+        on_child_failure=on_child_failure,
+        concurrency_limit=concurrency_limit,
+        rate_limit=rate_limit,
     )
+
+
+_CHILD_FAILURE_ACTIONS = ", ".join(f'"{action}"' for action in ChildFailureAction)
+
+
+def _check_children(
+    label: str, wait_for_children: Any, on_child_failure: Any, *, waits_for_signal: bool
+) -> tuple[bool, ChildFailureAction | None]:
+    """``wait_for_children=`` and ``on_child_failure=`` (SPEC §6.3)."""
+    if not isinstance(wait_for_children, bool):
+        raise StepConfigurationError(
+            f"{label} has invalid wait_for_children={wait_for_children!r}: use True or False"
+        )
+    if not wait_for_children:
+        if on_child_failure is not None:
+            raise StepConfigurationError(
+                f"{label} has on_child_failure={on_child_failure!r} but does not wait for its "
+                "children; add wait_for_children=True or remove on_child_failure="
+            )
+        return False, None
+    if waits_for_signal:
+        raise StepConfigurationError(
+            f"{label} has both wait_for= and wait_for_children=True: a step waits for one "
+            "thing; wait for the children in one step and for the signal in the next"
+        )
+    try:
+        action = ChildFailureAction("pause" if on_child_failure is None else on_child_failure)
+    except ValueError:
+        raise StepConfigurationError(
+            f"{label} has invalid on_child_failure={on_child_failure!r}: use one of "
+            f"{_CHILD_FAILURE_ACTIONS}"
+        ) from None
+    return True, action
+
+
+_TIMEOUT_ACTIONS = ", ".join(f'"{action}"' for action in TimeoutAction)
+
+
+def _check_timeout(
+    label: str, timeout: Any, on_timeout: Any, *, waits: bool
+) -> tuple[timedelta | None, TimeoutAction | None]:
+    """``timeout=`` and ``on_timeout=`` (SPEC §6.1): a step that waits may give up, and its
+    author says what happens then; the engine never picks an action for them.
+
+    ``waits``: the step waits for something a time-out can end - a signal (``wait_for=``) or
+    its child workflows (``wait_for_children=True``, SPEC §6.3).
+    """
+    if timeout is None:
+        if on_timeout is not None:
+            raise StepConfigurationError(
+                f"{label} has on_timeout={on_timeout!r} but no timeout=; add timeout= (a "
+                "timedelta or seconds) or remove on_timeout="
+            )
+        return None, None
+    if not waits:
+        raise StepConfigurationError(
+            f"{label} has timeout= but does not wait for anything: timeout= bounds a wait for a "
+            "signal or for child workflows, so use it with wait_for= or wait_for_children=True "
+            "(to delay the step itself, use wait=)"
+        )
+    if isinstance(timeout, bool) or not isinstance(timeout, timedelta | int | float):
+        raise StepConfigurationError(
+            f"{label} has invalid timeout={timeout!r}: use a datetime.timedelta or seconds"
+        )
+    duration = timeout if isinstance(timeout, timedelta) else _seconds(label, timeout)
+    if duration <= timedelta(0):
+        raise StepConfigurationError(f"{label} has invalid timeout=: it must be positive")
+    if on_timeout is None:
+        raise StepConfigurationError(
+            f"{label} has timeout= but no on_timeout=: say what happens when the wait runs out, "
+            f"one of {_TIMEOUT_ACTIONS}"
+        )
+    try:
+        action = TimeoutAction(on_timeout) if isinstance(on_timeout, str) else None
+    except ValueError:
+        action = None
+    if action is None:
+        raise StepConfigurationError(
+            f"{label} has invalid on_timeout={on_timeout!r}: use one of {_TIMEOUT_ACTIONS}"
+        )
+    return duration, action
+
+
+def _seconds(label: str, value: float) -> timedelta:
+    try:
+        return timedelta(seconds=value)
+    except (OverflowError, ValueError) as error:  # NaN, infinity, beyond timedelta's range
+        raise StepConfigurationError(
+            f"{label} has invalid timeout={value!r}: use a finite number of seconds"
+        ) from error
 
 
 def _check_wait(label: str, wait: Any) -> timedelta | None:
@@ -229,9 +361,17 @@ def _check_limits(
 
 
 class StepCollection:
-    """The ordered steps of a workflow class (gravestones included, but never scheduled)."""
+    """The ordered steps of a workflow class (gravestones included, but never scheduled).
 
-    def __init__(self, definitions: list[StepDefinition]) -> None:
+    ``aliases`` maps the old names of renamed steps to their new names: a lookup by an old name
+    (an execution scheduled or parked before the rename) finds the new step, while iteration,
+    ``names`` and scheduling only ever see the new names.
+    """
+
+    def __init__(
+        self, definitions: list[StepDefinition], aliases: dict[str, str] | None = None
+    ) -> None:
+        self._aliases = dict(aliases or {})
         ordered: list[StepDefinition] = [
             d for d in definitions if not (d.before_step or d.after_step)
         ]
@@ -256,7 +396,16 @@ class StepCollection:
         return self._steps[index]
 
     def __contains__(self, name: object) -> bool:
-        return str(name) in self._by_name
+        return self._resolve(name) in self._by_name
+
+    def _resolve(self, name: object) -> str:
+        text = str(name)
+        return self._aliases.get(text, text)
+
+    @property
+    def renamed(self) -> dict[str, str]:
+        """``{old_name: new_name}`` of the class's ``renamed_step`` lines."""
+        return dict(self._aliases)
 
     @property
     def names(self) -> list[str]:
@@ -265,10 +414,11 @@ class StepCollection:
     def named(self, name: Any) -> StepDefinition | None:
         if name is None:
             return None
-        return self._by_name.get(str(name))
+        return self._by_name.get(self._resolve(name))
 
     def index(self, name: Any) -> int | None:
-        return next((i for i, s in enumerate(self._steps) if s.name == str(name)), None)
+        wanted = self._resolve(name)
+        return next((i for i, s in enumerate(self._steps) if s.name == wanted), None)
 
     def first(self) -> StepDefinition | None:
         return self._steps[0] if self._steps else None
@@ -342,8 +492,9 @@ def _next_counter() -> int:
     return _counter
 
 
-#: ``@step`` / ``@step(name=None, wait=None, wait_for=None, skip_if=None, on_exception=None,
-#: max_reattempts=…, terminal_action=None, before_step=None, after_step=None, job_options=None)``
+#: ``@step`` / ``@step(name=None, wait=None, wait_for=None, timeout=None, on_timeout=None,
+#: skip_if=None, on_exception=None, max_reattempts=…, terminal_action=None, before_step=None,
+#: after_step=None, job_options=None)``
 step = _make_decorator(resumable=False)
 #: ``@resumable_step`` / ``@resumable_step(max_iterations=None, max_runtime=None, …step options)``;
 #: the method takes an ``IterableStep``.
@@ -360,6 +511,22 @@ def removed_step(name: str | None = None) -> StepSpec:
     return StepSpec(fn=None, options=options, removed=True, counter=_next_counter())
 
 
+def renamed_step(to: str, name: str | None = None) -> StepSpec:
+    """The old name of a renamed step: ``capture = renamed_step(to="capture_payment")``.
+
+    Executions scheduled or parked under the old name run as the new step; nothing is ever
+    scheduled under the old name again. ``renamed_steps_in_flight()`` (and the Definitions
+    page) tells when no ongoing workflow refers to the old name and the line can go.
+    """
+    if not isinstance(to, str) or not to.strip():
+        raise StepConfigurationError(
+            f"renamed_step(to={to!r}) needs the new step's name as a non-empty string, e.g. "
+            '`old_name = renamed_step(to="new_name")`'
+        )
+    options = {"name": str(name)} if name is not None else {}
+    return StepSpec(fn=None, options=options, renamed_to=to, counter=_next_counter())
+
+
 __all__ = [
     "StepCollection",
     "StepDefinition",
@@ -367,6 +534,7 @@ __all__ = [
     "build_definition",
     "evaluate_condition",
     "removed_step",
+    "renamed_step",
     "resumable_step",
     "step",
 ]

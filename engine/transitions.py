@@ -4,7 +4,7 @@ This is the only code that assigns ``state`` (and ``current_step_name``, ``next_
 ``transitioned_at``, ``outcome`` and the execution timestamps, ``finished_at`` included). The
 executor, the operator actions, scheduling, signals and housekeeping call one function per
 transition; each asks the tables of :mod:`geneva_drive.states` whether the move is legal
-(:class:`~geneva_drive.errors.InvalidStateTransition` otherwise) and then writes the state with
+(:class:`~geneva_drive.errors.InvalidTransitionError` otherwise) and then writes the state with
 all of its bookkeeping, so no caller can forget a column. (Issue 17: the copies that lived in
 five modules had drifted - an operator's skip left ``finished_at`` NULL and
 ``current_step_name`` pointing at the step it skipped, which scheduling then counted from.)
@@ -18,13 +18,17 @@ The rules the functions keep (tests/reliability/invariants.py checks them):
 * every closed execution has ``finished_at`` and the timestamp of its state
   (``STEP_STATE_TIMESTAMP``), and an outcome the state allows (``STEP_STATE_OUTCOMES``).
 
-Nothing here touches the database: the caller holds the locks and owns the transaction. The
-executor calls these on every step, so each is a few attribute writes and a dict lookup.
+Nothing here touches the database, with one exception: a workflow that has a parent, or whose
+class has ``cancel_children``, reports its end (finished, canceled) through
+:mod:`geneva_drive.children` as it enters it, so that no path that ends a workflow can forget
+its parent or its children (SPEC §6.3). The caller holds the locks and owns the transaction.
+The executor calls these on every step, so each is a few attribute writes and a dict lookup.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from geneva_drive.models import StepExecution, utcnow
@@ -33,6 +37,7 @@ from geneva_drive.states import (
     STEP_STATE_TIMESTAMP,
     Outcome,
     StepState,
+    TimeoutAction,
     WorkflowState,
     check_step_transition,
     check_workflow_transition,
@@ -71,10 +76,57 @@ def start_execution(execution: StepExecution) -> None:
     transition_step(execution, StepState.IN_PROGRESS)
 
 
-def park_execution(execution: StepExecution) -> None:
-    """scheduled -> waiting: parked at the signal gate (``waiting_since``)."""
+def park_execution(
+    execution: StepExecution, awaiting: str | None = None, timeout: timedelta | None = None
+) -> None:
+    """scheduled -> waiting: parked at the signal gate (``waiting_since``).
+
+    ``awaiting`` (the signal name the step waited for when it parked) goes into the
+    execution's metadata, so ``check-deploy`` can tell when new code changed a ``wait_for``
+    under executions still waiting (SPEC §6.4); a step with ``timeout=`` starts its clock
+    here (``timeout_at``, SPEC §6.1).
+    """
     transition_step(execution, StepState.WAITING)
-    execution.waiting_since = utcnow()
+    execution.waiting_since = since = utcnow()
+    if awaiting is not None:
+        execution.merge_metadata(awaiting=awaiting)
+    if timeout is not None:
+        execution.timeout_at = since + timeout
+
+
+def arm_timeout(execution: StepExecution, timeout_at: datetime | None) -> None:
+    """Give a parked execution its deadline (or none): one parked before a deploy added
+    ``timeout=`` to its step, or whose step dropped it (engine/timeouts.py)."""
+    execution.timeout_at = timeout_at
+
+
+def time_out_execution(execution: StepExecution, action: str) -> None:
+    """waiting -> what ``on_timeout`` says, recording ``timed_out_at`` (SPEC §6.1).
+
+    ``"run"``: woken to scheduled, due now; it passes the gate without a signal and ends with
+    outcome ``timed_out`` when its body completes. ``"skip"``: skipped, ``"cancel"`` and
+    ``"pause"``: canceled, each with outcome ``timed_out``. The workflow's side is the
+    caller's (workflow_canceled, workflow_paused, the next step).
+    """
+    if action == TimeoutAction.RUN:
+        wake_execution(execution)
+    elif action == TimeoutAction.SKIP:
+        transition_step(execution, StepState.SKIPPED, Outcome.TIMED_OUT)
+    else:
+        transition_step(execution, StepState.CANCELED, Outcome.TIMED_OUT)
+    execution.timed_out_at = utcnow()
+
+
+def carry_time_out(execution: StepExecution, timed_out_at: datetime) -> None:
+    """Another run of a timed-out ``on_timeout="run"`` step (reattempt, next slice) passes
+    the gate without a signal, as the first run did."""
+    execution.timed_out_at = timed_out_at
+
+
+def run_outcome(execution: StepExecution) -> str:
+    """The outcome of a body that completed (or called ``finish()``): ``timed_out`` after
+    ``on_timeout="run"``, ``success`` otherwise."""
+    return Outcome.SUCCESS if execution.timed_out_at is None else Outcome.TIMED_OUT
 
 
 def wake_execution(execution: StepExecution) -> None:
@@ -153,6 +205,10 @@ def transition_workflow(workflow: Workflow, new_state: str, step_name: str | Non
     current = step_name if new_state == WorkflowState.PERFORMING else None
     if workflow.current_step_name != current:
         workflow.current_step_name = current
+    if new_state in (WorkflowState.FINISHED, WorkflowState.CANCELED):
+        # Here, not in the callers: every way into an end (the outcome table's one transition
+        # included) reports a child's end to its parent and cascades cancel_children.
+        _ended(workflow, old)
 
 
 def workflow_performing(workflow: Workflow, step_name: str) -> None:
@@ -179,9 +235,28 @@ def workflow_canceled(workflow: Workflow) -> None:
 def workflow_finished(workflow: Workflow, *, out_of_steps: bool = False) -> None:
     """-> finished. Terminal. ``out_of_steps``: no step follows, so ``next_step_name`` is
     cleared too; ``finish()`` in a step keeps it naming that step (reference §2.4)."""
-    transition_workflow(workflow, WorkflowState.FINISHED)
     if out_of_steps:
         workflow.next_step_name = None
+    transition_workflow(workflow, WorkflowState.FINISHED)
+
+
+#: geneva_drive.children registers itself here when imported (it sits above this module).
+_end_hook: list[Callable[[Workflow], None]] = []
+
+
+def on_workflow_end(hook: Callable[[Workflow], None]) -> None:
+    """Register what runs as a workflow with a parent or ``cancel_children`` ends."""
+    _end_hook[:] = [hook]
+
+
+def _ended(workflow: Workflow, old: str) -> None:
+    """A child's end reaches its parent; a ``cancel_children`` parent's reaches its children."""
+    if (
+        old != workflow.state
+        and _end_hook
+        and (workflow.parent_id is not None or type(workflow).cancel_children)
+    ):
+        _end_hook[0](workflow)
 
 
 def point_at(workflow: Workflow, step_name: str) -> None:
@@ -192,16 +267,21 @@ def point_at(workflow: Workflow, step_name: str) -> None:
 
 __all__ = [
     "SWEPT_ATTRIBUTES",
+    "arm_timeout",
     "cancel_execution",
+    "carry_time_out",
     "complete_execution",
     "fail_execution",
     "new_execution_columns",
     "new_workflow_columns",
+    "on_workflow_end",
     "park_execution",
     "point_at",
+    "run_outcome",
     "skip_execution",
     "start_execution",
     "swept_columns",
+    "time_out_execution",
     "transition_step",
     "transition_workflow",
     "wake_execution",

@@ -87,6 +87,18 @@ def get_transport() -> Transport:
     return _transport
 
 
+def require_publisher(role: str) -> None:
+    """Refuse to start ``role`` if it would publish step messages to a broker it was not given
+    (SPEC §6.6): ConfigurationError naming ``GENEVA_BROKER_URL``. A process whose transport is
+    not Celery's (the embedded worker's, a test's) publishes nothing and passes."""
+    from geneva_drive import celery_client
+
+    current = _transport
+    if current is not None and not isinstance(current, CeleryTransport):
+        return
+    celery_client.require_broker(role, current._celery if current is not None else None)
+
+
 def new_job_id() -> str:
     return uuid.uuid4().hex
 

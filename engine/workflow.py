@@ -19,9 +19,21 @@ import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 
-from sqlalchemy import Boolean, Index, Select, String, func, inspect, select, text
+from sqlalchemy import (
+    Boolean,
+    ForeignKey,
+    Index,
+    Integer,
+    Select,
+    String,
+    func,
+    inspect,
+    or_,
+    select,
+    text,
+)
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import (
     Mapped,
@@ -33,13 +45,24 @@ from sqlalchemy.orm import (
 )
 from sqlalchemy.orm.exc import UnmappedInstanceError
 
-from geneva_drive import db, explain, operations, persistence, registry, scheduling, signals
+from geneva_drive import (
+    children,
+    db,
+    explain,
+    operations,
+    persistence,
+    registry,
+    scheduling,
+    signals,
+)
 from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepConfigurationError
 from geneva_drive.flow_control import FlowAction, FlowInterrupt
 from geneva_drive.job_options import to_json_options, validate_job_options
+from geneva_drive.limits import ConcurrencyLimit, check_class_limit, check_key_methods
 from geneva_drive.models import (
     MYSQL_TABLE_OPTIONS,
     PARTIAL_INDEX_DIALECTS,
+    TERMINAL_WORKFLOW_PREDICATE,
     Base,
     BigId,
     JSONType,
@@ -90,7 +113,7 @@ class _StepsDescriptor:
     def __get__(self, instance: Any, owner: type[Workflow]) -> StepCollection:
         cached = owner.__dict__.get("_steps_cache")
         if cached is None:
-            cached = StepCollection(list(owner._step_definitions))
+            cached = StepCollection(list(owner._step_definitions), owner._step_aliases)
             owner._steps_cache = cached
         return cached
 
@@ -98,6 +121,8 @@ class _StepsDescriptor:
 #: A session as callers hold it: a ``Session``, or a ``scoped_session`` of any session class
 #: (Flask-SQLAlchemy's ``db.session`` is a ``scoped_session`` of its own ``Session`` subclass).
 AnySession = Session | scoped_session[Any]
+#: A workflow class passed to ``start_child`` (the child has that class).
+W = TypeVar("W", bound="Workflow")
 
 
 class Workflow(TimestampMixin, Base):
@@ -121,6 +146,20 @@ class Workflow(TimestampMixin, Base):
     metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSONType())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     transitioned_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    # Child workflows (SPEC §6.3, engine/children.py, migration 0009). ``parent_id`` names the
+    # workflow whose step started this one; SET NULL, so housekeeping may delete an old parent
+    # before its children. ``children_open`` counts this workflow's children that have not ended
+    # yet and ``children_canceled`` those that ended canceled since the last join: each child's
+    # end changes them by one under this row's lock, so a join never rescans the children.
+    parent_id: Mapped[int | None] = mapped_column(
+        BigId, ForeignKey("geneva_drive_workflows.id", ondelete="SET NULL")
+    )
+    children_open: Mapped[int] = mapped_column(
+        Integer, nullable=False, default=0, server_default="0"
+    )
+    children_canceled: Mapped[int] = mapped_column(
+        Integer, nullable=False, default=0, server_default="0"
+    )
 
     # Read-only collections: the engine writes executions and signals through their
     # workflow_id (their own ``workflow`` many-to-one stays writable), and the database's ON
@@ -139,6 +178,14 @@ class Workflow(TimestampMixin, Base):
         lazy="select",
     )
 
+    # Read-only too: start_child() writes parent_id (engine/children.py).
+    parent: Mapped[Workflow | None] = relationship(
+        "Workflow", remote_side="Workflow.id", viewonly=True, lazy="select"
+    )
+    children: Mapped[list[Workflow]] = relationship(
+        "Workflow", viewonly=True, order_by="Workflow.id", lazy="select"
+    )
+
     __mapper_args__ = {
         "polymorphic_on": "type",
         "polymorphic_identity": "Workflow",
@@ -150,6 +197,11 @@ class Workflow(TimestampMixin, Base):
         Index("index_geneva_drive_workflows_on_updated_at", "updated_at", "id"),
         # The dashboard's step filter (migration 0002): no page view scans the table.
         Index("index_geneva_drive_workflows_on_next_step", "next_step_name", "id"),
+        # The hero id filter without a type (/workflows?hero_id=, bulk scope=all), migration 0006.
+        Index("index_geneva_drive_workflows_on_hero_id", "hero_id", "id"),
+        # A parent's children in id order: wf.children, /workflows?parent=, cancel_children
+        # (migration 0009).
+        Index("index_geneva_drive_workflows_on_parent", "parent_id", "id"),
         Index(
             "index_geneva_drive_workflows_unique_ongoing",
             "type",
@@ -159,6 +211,17 @@ class Workflow(TimestampMixin, Base):
             postgresql_where=text(_ONGOING_UNIQUE),
             sqlite_where=text(_ONGOING_UNIQUE_SQLITE),
             # MariaDB/MySQL: a generated column under a plain unique index (models.MYSQL_FORMS).
+        ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
+        # Housekeeping's cleanup candidates (migration 0007): old finished/canceled workflows
+        # in time order, so a pass with nothing to delete reads an empty index range.
+        # MariaDB/MySQL: (state, transitioned_at) from models.MYSQL_FORMS. SQLite: a full
+        # index, as its planner without statistics would not pick the partial one
+        # (housekeeping._old).
+        Index(
+            "index_geneva_drive_workflows_terminal_transitioned",
+            "transitioned_at",
+            "id",
+            postgresql_where=text(TERMINAL_WORKFLOW_PREDICATE),
         ).ddl_if(dialect=PARTIAL_INDEX_DIALECTS),  # type: ignore[arg-type]  # a tuple, as documented
         # SQLite would otherwise reuse the ids of workflows housekeeping deleted, and the audit
         # log (no foreign key, it outlives workflows) would show old actions on a new workflow.
@@ -170,17 +233,27 @@ class Workflow(TimestampMixin, Base):
     cancel_if: ClassVar[Any] = ()
     exception_policies: ClassVar[Any] = ()
     may_proceed_without_hero: ClassVar[bool] = False
+    #: Canceling a workflow of this class cancels its ongoing children in the same transaction
+    #: (SPEC §6.3).
+    cancel_children: ClassVar[bool] = False
+    #: A ``ConcurrencyLimit`` covering each step of the class (SPEC §6.2); inherited.
+    concurrency_limit: ClassVar[ConcurrencyLimit | None] = None
 
     _step_definitions: ClassVar[list[StepDefinition]] = []
     _cancel_conditions: ClassVar[list[Any]] = []
     _exception_policies: ClassVar[list[ExceptionPolicy]] = []
     _class_step_job_options: ClassVar[dict[str, Any]] = {}
     _steps_cache: ClassVar[StepCollection | None] = None
+    #: ``{old_name: new_name}`` from ``renamed_step`` lines (inherited, like the steps).
+    _step_aliases: ClassVar[dict[str, str]] = {}
 
     steps: ClassVar[StepCollection] = _StepsDescriptor()  # type: ignore[assignment]
 
     #: The signal attached to the running step (None for steps without ``wait_for``).
     received_signal: Any = None
+    #: True inside a step body that runs because its wait for a signal timed out
+    #: (``on_timeout="run"``, SPEC §6.1); ``received_signal`` is None then.
+    wait_timed_out: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         own = cls.__dict__
@@ -232,6 +305,7 @@ class Workflow(TimestampMixin, Base):
             body = fn
         definition = _register(cls, str(name), body, spec)
         definition.method_name = method_name
+        check_key_methods(cls)
         return definition
 
     @classmethod
@@ -251,11 +325,14 @@ class Workflow(TimestampMixin, Base):
         session: AnySession | None = None,
         allow_multiple: bool = False,
         step_job_options: dict[str, Any] | None = None,
+        *,
+        _parent: Workflow | None = None,
     ) -> Self:
         """Insert the workflow and schedule its first step (flushed, not committed).
 
         Raises DuplicateWorkflowError when an ongoing workflow of this class already exists for
-        ``hero`` (pass ``allow_multiple=True`` to allow several).
+        ``hero`` (pass ``allow_multiple=True`` to allow several). ``_parent`` is
+        ``start_child``'s (engine/children.py).
         """
         if cls is Workflow or not registry.is_registered(cls):
             raise TypeError(
@@ -263,6 +340,8 @@ class Workflow(TimestampMixin, Base):
             )
         session = _resolve_session(session, hero)
         workflow = cls(**new_workflow_columns(), allow_multiple=bool(allow_multiple))
+        if _parent is not None:
+            workflow.parent_id = _parent.id
         if hero is not None:
             _hero_identity_ready(session, hero)
         workflow.hero = hero
@@ -342,20 +421,30 @@ class Workflow(TimestampMixin, Base):
         names = [s.name for s in cls.steps.removed]
         if not names:
             return {}
-        # From ``cls`` itself, as ongoing() does: the mapper adds its polymorphic filter, so a
-        # subclass that inherits the gravestone counts too ({} means "drained, delete the
-        # gravestone", which would strand the subclass's workflows).
-        rows = session.execute(
-            select(StepExecution.step_name, func.count())
-            .select_from(cls)
-            .join(StepExecution, StepExecution.workflow_id == cls.id)
-            .where(
-                cls.state.not_in(list(TERMINAL_WORKFLOW_STATES)),
-                StepExecution.step_name.in_(names),
+        return _executions_named(session, cls, names)
+
+    @classmethod
+    def renamed_steps_in_flight(cls, session: AnySession) -> dict[str, int]:
+        """``{old_name: workflows}``: ongoing workflows of this class that still refer to a
+        renamed step's old name (an execution under it, or their next step). 0 for an old
+        name: the ``renamed_step`` line can go."""
+        counts: dict[str, int] = {}
+        ongoing = cls.state.not_in(list(TERMINAL_WORKFLOW_STATES))
+        for old in cls.steps.renamed:
+            under_old = (
+                select(StepExecution.id)
+                .where(StepExecution.workflow_id == cls.id, StepExecution.step_name == old)
+                .exists()
             )
-            .group_by(StepExecution.step_name)
-        )
-        return {name: int(count) for name, count in rows}
+            counts[old] = int(
+                session.scalar(
+                    select(func.count())
+                    .select_from(cls)
+                    .where(ongoing, or_(cls.next_step_name == old, under_old))
+                )
+                or 0
+            )
+        return counts
 
     # --- hero ---------------------------------------------------------------------------------
 
@@ -518,6 +607,13 @@ class Workflow(TimestampMixin, Base):
         """
         return operations.resume_at(self, step_name, workflow_class=workflow_class)
 
+    def start_child(self, cls: builtins.type[W], hero: Any = None, **create_options: Any) -> W:
+        """In a step: create a child workflow as ``cls.create`` would, in the step's own
+        transaction (an attempt that does not succeed starts none), with ``parent_id`` set.
+        A later step with ``wait_for_children=True`` waits for it (SPEC §6.3)."""
+        child: W = children.start_child(self, cls, hero=hero, **create_options)
+        return child
+
     def signal(
         self, name: str, payload: Any = None, idempotency_key: Any = None, **unknown: Any
     ) -> Signal:
@@ -525,6 +621,25 @@ class Workflow(TimestampMixin, Base):
         return signals.deliver(
             self, name, payload=payload, idempotency_key=idempotency_key, **unknown
         )
+
+
+def _executions_named(
+    session: AnySession, cls: builtins.type[Workflow], names: list[str]
+) -> dict[str, int]:
+    """Executions named ``names`` of ongoing workflows of ``cls``, per name.
+
+    From ``cls`` itself, as ongoing() does: the mapper adds its polymorphic filter, so a
+    subclass that inherits the gravestone counts too ({} means "drained, delete the line",
+    which would strand the subclass's workflows).
+    """
+    rows = session.execute(
+        select(StepExecution.step_name, func.count())
+        .select_from(cls)
+        .join(StepExecution, StepExecution.workflow_id == cls.id)
+        .where(cls.state.not_in(list(TERMINAL_WORKFLOW_STATES)), StepExecution.step_name.in_(names))
+        .group_by(StepExecution.step_name)
+    )
+    return {name: int(count) for name, count in rows}
 
 
 # An unknown stored ``type`` (the class was deleted) loads as plain Workflow instead of failing.
@@ -607,8 +722,15 @@ def _assemble_dsl(cls: type[Workflow]) -> None:
             f"{cls.__name__}.may_proceed_without_hero must be True or False"
         )
 
+    if "concurrency_limit" in own:
+        check_class_limit(cls.__name__, own["concurrency_limit"])
+
+    cls._step_aliases = dict(cls._step_aliases)
     specs = [(attr, value) for attr, value in own.items() if isinstance(value, StepSpec)]
+    renamed = [(attr, spec) for attr, spec in specs if spec.renamed_to is not None]
     for attr, spec in specs:
+        if spec.renamed_to is not None:
+            continue
         name = str(spec.options.get("name") or attr)
         definition = _register(cls, name, spec.fn, spec, cache=False)
         if spec.removed:
@@ -616,6 +738,48 @@ def _assemble_dsl(cls: type[Workflow]) -> None:
         else:
             setattr(cls, attr, spec.fn)
             definition.method_name = attr
+    # After every step of the body: a rename may sit above the step it points at.
+    for attr, spec in renamed:
+        _register_rename(cls, str(spec.options.get("name") or attr), str(spec.renamed_to))
+        delattr(cls, attr)
+    check_key_methods(cls)
+
+
+def _register_rename(cls: type[Workflow], old: str, new: str) -> None:
+    """Validate ``old = renamed_step(to=new)`` against the class's steps, then record it."""
+    label = f"{cls.__name__}: `{old} = renamed_step(to={new!r})`"
+    names = {d.name: d for d in cls._step_definitions}
+    if old == new:
+        raise StepConfigurationError(f"{label} renames a step to itself; delete the line")
+    if old in names:
+        what = "a removed_step" if names[old].removed else "a step"
+        raise StepConfigurationError(
+            f"{label}: '{old}' is also {what} of {cls.__name__}. A name is either a step or the "
+            "old name of a renamed one; delete one of the two"
+        )
+    if old in cls._step_aliases and cls._step_aliases[old] != new:
+        raise StepConfigurationError(
+            f"{label}: '{old}' is already renamed to '{cls._step_aliases[old]}'"
+        )
+    if new in cls._step_aliases:
+        final = cls._step_aliases[new]
+        raise StepConfigurationError(
+            f"{label}: '{new}' is itself the old name of '{final}'. Point both old names at the "
+            f'step that exists: `{old} = renamed_step(to="{final}")`'
+        )
+    target = names.get(new)
+    if target is None:
+        defined = ", ".join(d.name for d in cls._step_definitions if not d.removed) or "(none)"
+        raise StepConfigurationError(
+            f"{label}: {cls.__name__} defines no step '{new}'. The steps it defines are {defined}"
+        )
+    if target.removed:
+        raise StepConfigurationError(
+            f"{label}: '{new}' is a removed_step; rename to a step that runs, or make "
+            f"`{old} = removed_step()` a gravestone too"
+        )
+    cls._step_aliases[old] = new
+    cls._steps_cache = None
 
 
 def _register(
@@ -628,6 +792,12 @@ def _register(
     existing = cls._step_definitions
     if any(d.name == name for d in existing):
         raise StepConfigurationError(f"Step '{name}' is already defined in {cls.__name__}")
+    if name in cls._step_aliases:
+        raise StepConfigurationError(
+            f"Step '{name}' of {cls.__name__} has the old name of a renamed step (`{name} = "
+            f"renamed_step(to={cls._step_aliases[name]!r})`); pick another name, or delete that "
+            "line once renamed_steps_in_flight() shows it drained"
+        )
     for key in ("before_step", "after_step"):
         ref = spec.options.get(key)
         if ref is not None and not any(d.name == str(ref) for d in existing):

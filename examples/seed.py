@@ -5,12 +5,15 @@ leaves: scheduled work due now, soon and in days; overdue executions; payments p
 signal and one with a buffered signal; workflows paused after an error; workflows stranded
 on a deleted step and executions in flight on a removed step (gravestone); finished and
 canceled workflows; campaign chains part-way through their resumable step; erasures in their
-grace period, done (the member deleted) and withdrawn (canceled).
+grace period, done (the member deleted) and withdrawn (canceled); checkouts waiting for their
+payment with a short time-out, paid, and abandoned (timed out, canceled); and a day of finished
+history (feed imports spread over the last 24 hours, with reattempts and failures) for the charts.
 
 :func:`run_ticker` keeps the demo alive: every couple of seconds it starts a new workflow and
 confirms a parked payment, so the dashboard always has something moving and workflows finish
 within seconds of the start; the oldest few parked payments are left for an operator to
-confirm (:data:`KEEP_FOR_OPERATOR`).
+confirm (:data:`KEEP_FOR_OPERATOR`). Every ``CHECKOUT_EVERY`` ticks it starts a checkout that
+nobody pays: it times out (and is canceled) while you watch.
 """
 
 from __future__ import annotations
@@ -23,11 +26,14 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from geneva_drive import db, executor
+from geneva_drive import db, executor, operator_actions
+from geneva_drive.dispatch import fire_timeouts
 from geneva_drive.examples import _work
 from geneva_drive.examples.campaign import CampaignWorkflow
+from geneva_drive.examples.checkout import CheckoutWorkflow
 from geneva_drive.examples.erasure import UserErasureWorkflow
 from geneva_drive.examples.flaky import FeedImportWorkflow
+from geneva_drive.examples.fulfilment import FulfilmentWorkflow
 from geneva_drive.examples.models import (
     DemoCampaign,
     DemoCustomer,
@@ -39,6 +45,7 @@ from geneva_drive.examples.models import (
 )
 from geneva_drive.examples.onboarding import OnboardingWorkflow
 from geneva_drive.examples.payment import PaymentWorkflow
+from geneva_drive.examples.tenant_sync import TenantSyncWorkflow
 from geneva_drive.instrumentation import set_error_reporter
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.states import CURRENT_STEP_STATES
@@ -52,6 +59,9 @@ DEMO_TYPES = [
     CampaignWorkflow.workflow_name,
     FeedImportWorkflow.workflow_name,
     UserErasureWorkflow.workflow_name,
+    CheckoutWorkflow.workflow_name,
+    FulfilmentWorkflow.workflow_name,
+    TenantSyncWorkflow.workflow_name,
 ]
 
 
@@ -85,6 +95,10 @@ def seed(scale: float = 1.0, stop: threading.Event | None = None) -> int:
             _seed_campaigns,
             _seed_feeds,
             _seed_erasures,
+            _seed_checkouts,
+            _seed_fulfilments,
+            _seed_tenant_syncs,
+            _seed_history,
         ):
             if stop is not None and stop.is_set():
                 break
@@ -154,14 +168,52 @@ def _move_current(workflow_id: int, **values: Any) -> None:
         )
 
 
+#: Who the demo's seeded pauses and cancels are recorded as (the audit, the why-line's
+#: "paused by …"): an operator at the command line, as a real one would be.
+SEED_ACTOR = "cli:oncall"
+
+
 def _operate(workflow_id: int, action: str) -> None:
-    with db.transaction() as session:
-        workflow = session.get(Workflow, workflow_id)
-        assert workflow is not None
-        getattr(workflow, action)()
+    """``action`` as an operator performs it: through the engine's operator actions, audited."""
+    with db.new_session() as session:
+        result = operator_actions.perform(session, SEED_ACTOR, workflow_id, action)
+    if not result.ok:
+        raise RuntimeError(f"seeding: {action} of workflow #{workflow_id}: {result.message}")
 
 
 # --- scenarios -----------------------------------------------------------------------------------
+
+
+def _children_of(workflow_id: int) -> list[int]:
+    with db.new_session() as session:
+        return list(
+            session.scalars(
+                select(Workflow.id).where(Workflow.parent_id == workflow_id).order_by(Workflow.id)
+            )
+        )
+
+
+def _seed_fulfilments(rng: random.Random, scale: float) -> int:
+    """Orders fanned out to child workflows (SPEC §6.3): one fully shipped and invoiced, and
+    one whose lines are part-way (3 of 5 finished, 1 paused, 1 running) so its invoice waits."""
+    count = 0
+    for i in range(max(2, round(4 * scale))):
+        if _stopping():
+            break
+        wf = _create(FulfilmentWorkflow, DemoOrder(amount_cents=rng.randint(1000, 90000)))
+        _advance(wf, 2)  # ship (starts the lines), then invoice parks
+        lines = _children_of(wf)
+        count += 1 + len(lines)
+        if i % 2 == 0:
+            for line in lines:
+                _finish(line)
+            _finish(wf)  # the last line woke the invoice
+        else:
+            for line in lines[:3]:
+                _finish(line)
+            _operate(lines[3], "pause")
+            _advance(lines[4], 1)  # picked, shipping is due
+    return count
 
 
 def _seed_onboarding(rng: random.Random, scale: float) -> int:
@@ -310,6 +362,135 @@ def _seed_erasures(rng: random.Random, scale: float) -> int:
     return count
 
 
+def _seed_checkouts(rng: random.Random, scale: float) -> int:
+    """Abandoned checkouts (timed out, canceled), a paid one, and a few still waiting: their
+    time-outs fire within ``PAYMENT_WINDOW`` of the seed, in the running demo's sweep."""
+    count = 0
+    abandoned, paid, waiting = max(1, round(4 * scale)), 1, max(1, round(3 * scale))
+    for i in range(abandoned + paid + waiting):
+        if _stopping():
+            break
+        order = DemoOrder(amount_cents=rng.randint(500, 50_000), voided=False)
+        wf = _create(CheckoutWorkflow, order)
+        count += 1
+        _advance(wf, 2)  # reserve_stock, then capture parks with its deadline
+        if i < abandoned:
+            # Its window is over: what the dispatcher's sweep does once the deadline passed.
+            _move_current(wf, timeout_at=utcnow())
+            fire_timeouts()
+        elif i < abandoned + paid:
+            _signal(wf, order.amount_cents)
+            _finish(wf)
+    return count
+
+
+#: Tenants of the tenant-sync demo: (e-mail domain, syncs started, left running).
+SYNC_TENANTS = (("acme.example", 9, 2), ("globex.example", 4, 1), ("initech.example", 3, 0))
+
+
+def _seed_tenant_syncs(rng: random.Random, scale: float) -> int:
+    """A backlog under the ``tenant-sync`` limit (2 at once per tenant): acme's two slots are
+    taken by syncs running right now (a worker is on them), and its other syncs, deferred by
+    the real claim, wait in line for a slot; globex runs one and has room; initech's finished.
+    On ``up --demo`` the running ones end when stuck recovery reattempts them (their worker is
+    the seed, gone), which frees the slots and wakes acme's line, oldest first."""
+    count = 0
+    for domain, started, running in SYNC_TENANTS:
+        ids = []
+        for i in range(max(running + 1, round(started * scale)) if running else started):
+            if _stopping():
+                return count
+            ids.append(_create(TenantSyncWorkflow, DemoCustomer(email=f"sync{i}@{domain}")))
+            count += 1
+        for workflow_id in ids[:running]:
+            # A worker is running its pull: the slot it holds is what the others wait for.
+            _move_current(workflow_id, state="in_progress", started_at=utcnow())
+            with db.transaction() as session:
+                session.execute(
+                    update(Workflow)
+                    .where(Workflow.id == workflow_id)
+                    .values(state="performing", current_step_name="pull")
+                )
+        for workflow_id in ids[running:]:
+            if running == 0:
+                _finish(workflow_id)
+            else:
+                _advance(workflow_id, 1)  # deferred if the tenant's slots are taken
+    return count
+
+
+#: Hours of finished history the demo carries (the overview's day chart and the failures page).
+HISTORY_HOURS = 24
+
+
+def _seed_history(rng: random.Random, scale: float) -> int:
+    """A day of finished work: feed imports run now by the real executor, then moved back in
+    time (every timestamp of the workflow and its executions shifted together) so they spread
+    over the last 24 hours, two or three an hour plus a busy last hour. Flaky feeds leave
+    reattempted executions; every sixth hour a broken feed fails and an operator cancels it,
+    so the charts and the failure triage show failures without adding paused workflows."""
+    count = 0
+    per_hour = max(1, round(2 * scale))
+    for hours_ago in range(HISTORY_HOURS):
+        if _stopping():
+            break
+        runs = per_hour + (3 if hours_ago == 0 else 0) + rng.randint(0, 1)
+        for n in range(runs):
+            broken = hours_ago % 6 == 3 and n == 0
+            kind = "broken" if broken else ("flaky" if rng.random() < 0.3 else "healthy")
+            feed = DemoFeed(url=f"https://feeds.example/history/{hours_ago}-{n}.csv", kind=kind)
+            wf = _create(FeedImportWorkflow, feed)
+            count += 1
+            _finish(wf)
+            if broken:
+                _operate(wf, "cancel")
+            # Minutes into the hour: the last hour's runs stay in the past (up to 55 min ago).
+            back = timedelta(
+                hours=hours_ago, minutes=rng.randint(2, 55), seconds=rng.randint(0, 59)
+            )
+            _shift(wf, back)
+    return count
+
+
+_EXECUTION_TIMES = (
+    "created_at",
+    "updated_at",
+    "scheduled_for",
+    "started_at",
+    "completed_at",
+    "failed_at",
+    "canceled_at",
+    "skipped_at",
+    "finished_at",
+    "waiting_since",
+)
+
+
+def _shift(workflow_id: int, back: timedelta) -> None:
+    """Move a finished workflow and its executions ``back`` in time, all stamps together."""
+    with db.transaction() as session:
+        workflow = session.get(Workflow, workflow_id)
+        assert workflow is not None
+        values = {
+            name: getattr(workflow, name) - back
+            for name in ("created_at", "updated_at", "transitioned_at")
+            if getattr(workflow, name, None) is not None
+        }
+        session.execute(update(Workflow).where(Workflow.id == workflow_id).values(**values))
+        executions = session.scalars(
+            select(StepExecution).where(StepExecution.workflow_id == workflow_id)
+        ).all()
+        for execution in executions:
+            moved = {
+                name: getattr(execution, name) - back
+                for name in _EXECUTION_TIMES
+                if getattr(execution, name, None) is not None
+            }
+            session.execute(
+                update(StepExecution).where(StepExecution.id == execution.id).values(**moved)
+            )
+
+
 # --- keep it moving ------------------------------------------------------------------------------
 
 
@@ -336,10 +517,16 @@ def run_ticker(stop: threading.Event, every: float = 2.0) -> None:
                 _create(
                     FeedImportWorkflow, DemoFeed(url=f"https://feeds.example/t{n}", kind=feed_kind)
                 )
+            if n % CHECKOUT_EVERY == 0:
+                # Nobody pays this one: it times out while you watch (PAYMENT_WINDOW).
+                _create(CheckoutWorkflow, DemoOrder(amount_cents=rng.randint(500, 50_000)))
             _confirm_a_parked_payment(rng)
         except Exception:
             log.exception("demo ticker failed; continuing")
 
+
+#: Ticks between two checkouts the ticker starts and nobody pays.
+CHECKOUT_EVERY = 10
 
 #: Parked, ready payments the ticker never confirms: the oldest few wait for a payment only an
 #: operator sends ("Send signal" in the inbox), so a newcomer always finds one to try.

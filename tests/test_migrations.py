@@ -13,7 +13,7 @@ from sqlalchemy import inspect, text
 
 from geneva_drive import db as engine_db
 from geneva_drive.dashboard import create_app
-from geneva_drive.db import is_mysql_url
+from geneva_drive.dialects import dialect_for_url
 from geneva_drive.models import MYSQL_FORMS, Base, autogenerate_filter
 from geneva_drive.testing.pytest_plugin import create_mysql_database, drop_mysql_database
 
@@ -23,6 +23,8 @@ ENGINE_TABLES = {
     "geneva_drive_signals",
     "geneva_drive_operator_actions",
     "geneva_drive_dashboard_sessions",
+    "geneva_drive_limits",
+    "geneva_drive_workflow_counts",
 }
 
 
@@ -38,7 +40,7 @@ def test_upgrade_on_empty_database_matches_models(tmp_path):
     options = {}
     mysql_database = None
     admin_url = os.environ.get("GENEVA_TEST_DATABASE_URL")
-    if is_mysql_url(admin_url):
+    if admin_url and dialect_for_url(admin_url).name == "mysql":
         # MariaDB/MySQL: an empty database of its own (the migration's MySQL branches).
         mysql_database, url = create_mysql_database(admin_url, prefix="gd_mig")
     if schema:
@@ -73,6 +75,19 @@ def test_upgrade_on_empty_database_matches_models(tmp_path):
                     for d in compare_metadata(context, engine_only)
                     if _table_of(d) is None or _table_of(d) in ENGINE_TABLES
                 ]
+                if connection.dialect.name == "sqlite":
+                    # 0009 adds parent_id's reference in its column (no table rebuild on
+                    # SQLite, which would cascade-delete executions); SQLAlchemy reflects a
+                    # column-level reference without its name and ON DELETE, so that one is
+                    # compared from SQLite's own catalogue instead.
+                    diffs = [d for d in diffs if not _is_parent_fk(d)]
+                    parent_fk = [
+                        (row[2], row[3], row[4], row[6])
+                        for row in connection.exec_driver_sql(
+                            "PRAGMA foreign_key_list(geneva_drive_workflows)"
+                        )
+                    ]
+                    assert parent_fk == [("geneva_drive_workflows", "parent_id", "id", "SET NULL")]
             assert diffs == [], f"migration and models disagree: {diffs}"
             indexes = {
                 i["name"] for i in inspect(db.engine).get_indexes("geneva_drive_step_executions")
@@ -93,6 +108,16 @@ def test_upgrade_on_empty_database_matches_models(tmp_path):
             admin.dispose()
         if mysql_database is not None:
             drop_mysql_database(admin_url, mysql_database)
+
+
+def _is_parent_fk(diff):
+    """An add_fk/remove_fk diff of workflows.parent_id → workflows.id."""
+    if not isinstance(diff, tuple) or diff[0] not in ("add_fk", "remove_fk"):
+        return False
+    constraint = diff[1]
+    return constraint.table.name == "geneva_drive_workflows" and [
+        c.name for c in constraint.columns
+    ] == ["parent_id"]
 
 
 def _assert_mysql_forms(engine):
@@ -194,6 +219,37 @@ def test_a_0_1_database_moves_its_revision_to_the_engine_version_table(bare_data
     assert tables >= ENGINE_TABLES
 
 
+def test_0010_counts_the_workflows_already_kept(bare_database):
+    """The counts table starts from the workflows the database holds (issue 26)."""
+    from geneva_drive import migrations
+
+    migrations.upgrade(bare_database, "0007")
+    now = "2026-01-01 00:00:00"
+    rows = [("A", "ready"), ("A", "performing"), ("A", "finished"), ("B", "paused")]
+    with bare_database.begin() as c:
+        for workflow_type, state in rows:
+            c.execute(
+                text(
+                    "INSERT INTO geneva_drive_workflows (type, state, allow_multiple, created_at,"
+                    " updated_at) VALUES (:t, :s, false, :now, :now)"
+                ),
+                {"t": workflow_type, "s": state, "now": now},
+            )
+    migrations.upgrade(bare_database, "0010")
+    with bare_database.connect() as c:
+        counted = c.execute(
+            text(
+                "SELECT type, state, SUM(count) FROM geneva_drive_workflow_counts GROUP BY type, state"
+            )
+        ).all()
+    # ready and performing share the row "ongoing" (geneva_drive.counts.bucket)
+    assert {(t, s): int(n) for t, s, n in counted} == {
+        ("A", "ongoing"): 2,
+        ("A", "finished"): 1,
+        ("B", "paused"): 1,
+    }
+
+
 def _head():
     from alembic.script import ScriptDirectory
 
@@ -219,3 +275,61 @@ def test_a_host_autogenerate_leaves_the_engine_tables_alone(bare_database):
     assert [d[0] for d in diffs] == ["add_table"]  # only the host's own new table
     dropped = {d[1].name for d in unfiltered if d[0] == "remove_table"}
     assert dropped >= ENGINE_TABLES  # what a host would have been told to drop without it
+
+
+def test_0009_keeps_the_rows_that_reference_workflows(bare_database):
+    """Adding ``parent_id`` must not go through a rebuild of the workflows table on SQLite: with
+    the engine's ``PRAGMA foreign_keys=ON`` the rebuild's ``DROP TABLE`` deleted every step
+    execution and signal through their ``ON DELETE CASCADE`` (reviewer's F2)."""
+    from geneva_drive import migrations
+
+    migrations.upgrade(bare_database, "0008")
+    now = "2026-01-01 00:00:00"
+    with bare_database.begin() as c:
+        c.execute(
+            text(
+                "INSERT INTO geneva_drive_workflows (id, type, state, allow_multiple, created_at,"
+                " updated_at) VALUES (1, 'A', 'ready', false, :now, :now)"
+            ),
+            {"now": now},
+        )
+        c.execute(
+            text(
+                "INSERT INTO geneva_drive_step_executions (workflow_id, step_name, state,"
+                " scheduled_for, created_at, updated_at) VALUES (1, 'first', 'scheduled', :now,"
+                " :now, :now)"
+            ),
+            {"now": now},
+        )
+        c.execute(
+            text(
+                "INSERT INTO geneva_drive_signals (workflow_id, name, created_at, updated_at)"
+                " VALUES (1, 'paid', :now, :now)"
+            ),
+            {"now": now},
+        )
+    migrations.upgrade(bare_database, "0009")
+    with bare_database.connect() as c:
+        kept = [
+            c.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()
+            for table in (
+                "geneva_drive_workflows",
+                "geneva_drive_step_executions",
+                "geneva_drive_signals",
+            )
+        ]
+    assert kept == [1, 1, 1]
+    # The parent reference is a working foreign key: deleting the parent clears it.
+    with bare_database.begin() as c:
+        c.execute(
+            text(
+                "INSERT INTO geneva_drive_workflows (id, type, state, allow_multiple, created_at,"
+                " updated_at, parent_id) VALUES (2, 'A', 'ready', false, :now, :now, 1)"
+            ),
+            {"now": now},
+        )
+        c.execute(text("DELETE FROM geneva_drive_workflows WHERE id = 1"))
+        parent = c.execute(
+            text("SELECT parent_id FROM geneva_drive_workflows WHERE id = 2")
+        ).scalar_one()
+    assert parent is None

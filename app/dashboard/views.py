@@ -7,13 +7,24 @@ from datetime import timedelta
 from typing import Any
 
 from flask import abort, request
+from sqlalchemy import text
 
+from geneva_drive import health
+from geneva_drive import limits as engine_limits
 from geneva_drive.config import settings
 from geneva_drive.dashboard import charts, presenters, queries
 from geneva_drive.dashboard.dashboard import bp
 from geneva_drive.dashboard.extensions import session
 from geneva_drive.dashboard.htmx import render
 from geneva_drive.states import WorkflowState
+
+
+@bp.get("/healthz")
+def healthz() -> dict[str, Any]:
+    """Liveness and a database round trip (JSON), public like ``/metrics``: at ``/healthz`` in
+    the standalone dashboard and at ``<GENEVA_URL_PREFIX>/healthz`` in a host application."""
+    session().execute(text("SELECT 1"))
+    return {"status": "ok", "database": "ok"}
 
 
 @bp.get("/")
@@ -37,8 +48,10 @@ def overview() -> Any:
 def signals_context() -> dict[str, Any]:
     """What the signal inbox shows (the page, its poll, and the answer to a send from it)."""
     parked = queries.parked_executions(session())
+    groups = presenters.waiter_groups(parked)
     return {
-        "groups": presenters.waiter_groups(parked),
+        "groups": groups,
+        "awaited": presenters.awaited_names(groups),
         "truncated": len(parked) >= queries.INBOX_LIMIT,
         "pending": [presenters.signal_view(s) for s in queries.pending_signals(session())],
         "recent": [presenters.signal_view(s) for s in queries.recent_signals(session())],
@@ -83,6 +96,18 @@ def stranded() -> Any:
     )
 
 
+@bp.get("/unexplained")
+def unexplained() -> Any:
+    """Ongoing workflows that fit no explanation (``geneva-drive doctor``'s list, bounded)."""
+    return render(
+        "dashboard/unexplained.html",
+        "dashboard/_unexplained.html",
+        findings=health.unexplained(session()),
+        limit=health.DEFAULT_LIMIT,
+        grace=health.GRACE,
+    )
+
+
 @bp.get("/failures")
 def failures() -> Any:
     window = request.args.get("window", "24h")
@@ -96,6 +121,16 @@ def failures() -> Any:
         window=window,
         windows=list(queries.FAILURE_WINDOWS),
         step_not_defined=queries.STEP_NOT_DEFINED,
+    )
+
+
+@bp.get("/limits")
+def limits() -> Any:
+    """Concurrency and rate limits (SPEC §6.2): in use, waiting, the keys with most waiting."""
+    return render(
+        "dashboard/limits.html",
+        "dashboard/_limits.html",
+        limits=engine_limits.usage(session(), top=queries.LIMIT_TOP_KEYS),
     )
 
 

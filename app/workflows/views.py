@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from flask import abort, request
+from flask import abort, redirect, request
 
 from geneva_drive.dashboard import presenters, queries
 from geneva_drive.dashboard.auth import current_user
 from geneva_drive.dashboard.extensions import db, session
 from geneva_drive.dashboard.htmx import STOP_POLLING, is_htmx, render
+from geneva_drive.dashboard.rendering import render_template
 from geneva_drive.dashboard.state import dashboard_config
+from geneva_drive.dashboard.urls import url_for
 from geneva_drive.dashboard.workflows import bp
 from geneva_drive.states import WorkflowState
 from geneva_drive.workflow import Workflow, workflow_class
@@ -19,7 +21,9 @@ from geneva_drive.workflow import Workflow, workflow_class
 def list_context(filters: queries.WorkflowFilters) -> dict[str, Any]:
     """Everything the list page and its partial show, for ``filters`` and the page cursor."""
     after, before = request.args.get("after"), request.args.get("before")
-    first_page = not after and not before
+    # The overdue list is sorted by lateness, not id: no pin (a row becoming overdue is the
+    # least late and lands at the bottom, below what is being read).
+    first_page = not after and not before and filters.due != "overdue"
     upto = queries.parse_id(request.args.get("upto")) if first_page else None
     page = queries.workflow_page(session(), filters, after, before, upto=upto)
     if first_page and upto is None and page.items:
@@ -63,15 +67,23 @@ def render_detail(
     status: int = 200,
     refusal: str | None = None,
     notice: str | None = None,
+    signal_draft: dict[str, Any] | None = None,
+    before: int | None = None,
 ) -> Any:
     """The detail page, or its live region for HTMX (polls, actions).
+
+    ``before``: the timeline shows the page of executions before that one (the "Older"
+    link without JavaScript); the newest page otherwise.
 
     A terminal workflow's live region is answered with 286, which tells htmx to stop polling
     (the region is also rendered without its poll trigger, so a swap cannot restart it).
     """
-    detail = presenters.workflow_detail(session(), workflow, current_user())
+    detail = presenters.workflow_detail(session(), workflow, current_user(), before)
     detail.refusal = refusal
     detail.notice = notice
+    if signal_draft is not None:
+        # A refused signal: its form reopens with what was typed and the reason beside it.
+        detail.extra["signal_draft"] = signal_draft
     if is_htmx() and status == 200 and not detail.live:
         status = STOP_POLLING
     return render("workflows/detail.html", "workflows/_live.html", status=status, detail=detail)
@@ -79,10 +91,23 @@ def render_detail(
 
 @bp.get("/workflows/<int:workflow_id>")
 def detail(workflow_id: int) -> Any:
-    return render_detail(load_workflow(workflow_id))
+    return render_detail(load_workflow(workflow_id), before=request.args.get("before", type=int))
 
 
-@bp.get("/heroes/<hero_type>/<hero_id>")
+@bp.get("/workflows/<int:workflow_id>/timeline")
+def timeline(workflow_id: int) -> Any:
+    """The timeline's next older page, as the list items the "Older" link is replaced with
+    (HTMX); without HTMX, the detail page showing that page."""
+    before = request.args.get("before", type=int)
+    workflow = load_workflow(workflow_id)
+    if not is_htmx():
+        return redirect(url_for("workflows.detail", workflow_id=workflow_id, before=before))
+    detail = presenters.workflow_detail(session(), workflow, current_user(), before)
+    return render_template("workflows/_timeline_items.html", detail=detail)
+
+
+# path: a hero id may hold "/" (order numbers like "eu/2026/0042"); the type is a class name.
+@bp.get("/heroes/<hero_type>/<path:hero_id>")
 def hero(hero_type: str, hero_id: str) -> Any:
     workflows = queries.hero_workflows(session(), hero_type, hero_id)
     return render(

@@ -12,10 +12,11 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from geneva_drive import executor, scheduling, transitions
+from geneva_drive import executor, scheduling, timeouts, transitions
 from geneva_drive.models import Signal, StepExecution, utcnow
 from geneva_drive.signal_matcher import matcher_name
-from geneva_drive.states import StepState, WorkflowState
+from geneva_drive.states import ONGOING_WORKFLOW_STATES, StepState, WorkflowState
+from geneva_drive.workflow import Workflow
 
 __all__ = [
     "assert_cursor",
@@ -24,9 +25,11 @@ __all__ = [
     "assert_step_has_successor",
     "assert_waiting_for_signal",
     "assert_workflow_state",
+    "expire_wait",
     "perform_next_step",
     "perform_step_inline",
     "run_iterations",
+    "speedrun_children",
     "speedrun_current_step",
     "speedrun_workflow",
 ]
@@ -40,10 +43,25 @@ def _reload(workflow: Any) -> Session:
     return session
 
 
+def _parked_on_children(workflow: Any, execution: StepExecution) -> bool:
+    definition = workflow.steps.named(execution.step_name)
+    return (
+        execution.state == StepState.WAITING
+        and definition is not None
+        and definition.wait_for_children
+    )
+
+
 def _raise_if_parked(workflow: Any, execution: StepExecution, helper: str) -> None:
     if execution.state != StepState.WAITING:
         return
     definition = workflow.steps.named(execution.step_name)
+    if definition is not None and definition.wait_for_children:
+        raise RuntimeError(
+            f"{helper} cannot drive step '{execution.step_name}': its execution is parked "
+            f"waiting for {workflow.children_open} child workflow(s). Run them first with "
+            f"speedrun_children(workflow), then call {helper} again."
+        )
     matcher = definition.signal_matcher if definition is not None else None
     waiting_for = f" waiting for {matcher}" if matcher is not None else ""
     name = matcher_name(matcher) if matcher is not None else None
@@ -68,14 +86,18 @@ def _run(session: Session, execution_id: int, **kwargs: Any) -> None:
 
 
 def speedrun_workflow(workflow: Any, max_iterations: int = 100) -> Any:
-    """Run steps until the workflow finishes, is canceled or pauses (waits are not waited)."""
+    """Run steps until the workflow finishes, is canceled or pauses (waits are not waited).
+
+    It never runs child workflows: at a ``wait_for_children`` step whose children have not all
+    ended it stops, with the step parked; ``speedrun_children(workflow)`` runs them.
+    """
     iterations = 0
     while True:
         session = _reload(workflow)
         if workflow.state in (WorkflowState.FINISHED, WorkflowState.CANCELED, WorkflowState.PAUSED):
             break
         execution = scheduling.current_execution(session, workflow)
-        if execution is None:
+        if execution is None or _parked_on_children(workflow, execution):
             break
         _raise_if_parked(workflow, execution, "speedrun_workflow")
         _run(session, execution.id, interruptible=False)
@@ -87,6 +109,27 @@ def speedrun_workflow(workflow: Any, max_iterations: int = 100) -> Any:
             )
     _reload(workflow)
     return workflow
+
+
+def speedrun_children(parent: Any, max_iterations: int = 100) -> list[Any]:
+    """``speedrun_workflow`` each ongoing child of ``parent``, oldest first (SPEC §6.3); their
+    ends reach the parent as in production (the last one wakes a parked join). The parent's own
+    steps do not run: call ``speedrun_workflow(parent)`` afterwards. Returns the children."""
+    session = _reload(parent)
+    children = list(
+        session.scalars(
+            select(Workflow)
+            .where(
+                Workflow.parent_id == parent.id,
+                Workflow.state.in_(list(ONGOING_WORKFLOW_STATES)),
+            )
+            .order_by(Workflow.id)
+        )
+    )
+    for child in children:
+        speedrun_workflow(child, max_iterations=max_iterations)
+    _reload(parent)
+    return children
 
 
 def perform_next_step(workflow: Any) -> StepExecution | None:
@@ -267,6 +310,44 @@ def assert_waiting_for_signal(workflow: Any, signal_name: str | None = None) -> 
                 f"Expected step '{parked.step_name}' to be waiting for {str(signal_name)!r}, but "
                 f"it waits for {matcher}"
             )
+
+
+def expire_wait(workflow: Any) -> StepExecution:
+    """Let the parked execution's time-out run out now and fire it, as the dispatcher would
+    (SPEC §6.1); return the execution.
+
+    Its ``on_timeout`` is applied and committed: ``"run"`` leaves the execution scheduled (run
+    it with :func:`perform_next_step`), the others close it. A paused workflow does not time
+    out: its deadline passes now, and ``resume()`` fires it.
+    """
+    session = _reload(workflow)
+    scheduling.lock_workflow(session, workflow)
+    label = f"{type(workflow).__name__} #{workflow.id}"
+    parked = session.scalars(
+        select(StepExecution)
+        .where(StepExecution.workflow_id == workflow.id, StepExecution.state == StepState.WAITING)
+        .order_by(StepExecution.id)
+    ).first()
+    if parked is None:
+        session.rollback()
+        raise RuntimeError(
+            f"expire_wait: {label} is {workflow.state} with no execution parked waiting for a "
+            "signal; run it to the step that waits first (perform_next_step)"
+        )
+    definition = workflow.steps.named(parked.step_name)
+    if definition is None or definition.timeout is None:
+        session.rollback()
+        raise RuntimeError(
+            f"expire_wait: step '{parked.step_name}' of {label} has no timeout=, so its wait "
+            "never runs out; give the step timeout= and on_timeout="
+        )
+    transitions.arm_timeout(parked, utcnow())
+    if workflow.state == WorkflowState.READY:
+        timeouts.fire(session, workflow, parked)
+    else:
+        session.flush()
+    _reload(workflow)
+    return parked  # type: ignore[no-any-return]
 
 
 def assert_signal_state(workflow: Any, signal_name: str, state: str) -> None:

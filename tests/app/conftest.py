@@ -98,11 +98,17 @@ def app(app_factory):  # type: ignore[no-untyped-def]
 
 def login(client: Any, name: str) -> Any:
     """``client`` signed in as ``name``: the session a real login makes (the login time bounds
-    its lifetime; the generation is the user's before any logout)."""
+    its lifetime; the generation is the user's before any logout; the fingerprint is the one
+    of the user's configured password hash)."""
+    from geneva_drive.dashboard.auth import password_fingerprint
+
+    with client.application.app_context():
+        fingerprint = password_fingerprint(name)
     with client.session_transaction() as session:
         session["geneva_drive.user"] = name
         session["geneva_drive.iat"] = int(time.time())
         session["geneva_drive.gen"] = 0
+        session["geneva_drive.pwd"] = fingerprint
         session["geneva_drive.csrf"] = CSRF
     return client
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 import contextlib
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from geneva_drive.models import OperatorAction, Signal
+from geneva_drive.models import OperatorAction, Signal, StepExecution
 from geneva_drive.testing import speedrun_workflow
 from geneva_drive.workflow import Workflow
 from tests.app.conftest import DashPayment, login, post, run_to_finish
@@ -240,7 +240,15 @@ def test_bulk_over_the_cap_runs_in_the_background_with_progress(
     assert preview.status_code == 200
     assert "More than 2 workflows will be canceled." in preview.get_data(as_text=True)
 
-    response = post(client, "/workflows/bulk", {"action": "cancel", "scope": "all"})
+    # Over the cap it asks for "all" to be typed (issue 32): without it nothing changes.
+    refused = post(client, "/workflows/bulk", {"action": "cancel", "scope": "all"})
+    assert refused.status_code == 400
+    assert "Type all to confirm" in refused.get_data(as_text=True)
+    assert {_reload(geneva_session, w.id).state for w in made} != {"canceled"}
+
+    response = post(
+        client, "/workflows/bulk", {"action": "cancel", "scope": "all", "typed_count": "all"}
+    )
     assert response.status_code == 302
     progress_url = response.headers["Location"]
     batch_id = int(progress_url.rsplit("/", 1)[1])
@@ -300,3 +308,86 @@ def test_operator_actions_feed_the_prometheus_counter(operator_client, make_work
     assert response.status_code in (200, 302, 303)
     after = REGISTRY.get_sample_value("geneva_drive_operator_actions_total", {"action": "pause"})
     assert (after or 0.0) == (before or 0.0) + 1
+
+
+def test_bulk_preview_counts_only_the_rows_that_will_be_done(
+    operator_client, make_workflow, geneva_session
+):
+    """Issue 32 item 6: "3 workflows will be resumed" then "0 done, 3 refused" must not happen."""
+    ready = [make_workflow() for _ in range(3)]
+    query = "&".join(f"ids={w.id}" for w in ready)
+    nothing = operator_client.get(f"/workflows/bulk?action=resume&{query}")
+    html = nothing.get_data(as_text=True)
+    assert nothing.status_code == 200
+    assert "0 workflows will be resumed." in html
+    assert "3 will not be done: 3 ready (only a paused workflow can be resumed)." in html
+    assert ">Resume 0 workflows</button>" not in html  # no button that could only be refused
+    form = html.split('id="bulk-confirm"')[1].split("</form>")[0]
+    assert 'type="submit"' not in form
+
+    paused = make_workflow(run=True)
+    mixed = operator_client.get(f"/workflows/bulk?action=resume&{query}&ids={paused.id}")
+    html = mixed.get_data(as_text=True)
+    assert "1 workflow will be resumed." in html and ">Resume 1 workflow</button>" in html
+    assert "3 will not be done: 3 ready" in html
+    assert {_reload(geneva_session, w.id).state for w in ready} == {"ready"}
+
+    done = post(
+        operator_client,
+        "/workflows/bulk",
+        {"action": "resume", "ids": [str(w.id) for w in [*ready, paused]]},
+        htmx=True,
+    )
+    # What the preview said is what happened.
+    assert "Resume selected: 1 done, 3 refused." in done.get_data(as_text=True)
+
+
+def test_the_engine_preview_agrees_with_the_bulk_outcome(make_workflow, geneva_session):
+    """The preview's rules are the engine's: for each action over a mixed selection (ready,
+    paused, canceled, stranded, a stale id) it predicts exactly what perform_bulk then does."""
+    from geneva_drive import operator_actions
+
+    session = geneva_session
+    for action, params in [
+        ("pause", {}),
+        ("resume", {}),
+        ("skip", {}),
+        ("cancel", {}),
+        ("reattempt", {}),
+        ("resume_at", {"step": "ship"}),
+        ("resume_at", {"step": "nosuchstep"}),
+    ]:
+        ready, paused = make_workflow(), make_workflow(run=True)
+        canceled = make_workflow()
+        canceled.cancel()
+        stranded = make_workflow(run=True)  # paused on a step its class no longer defines
+        session.execute(
+            update(Workflow).where(Workflow.id == stranded.id).values(next_step_name="gone")
+        )
+        # Paused while parked on a step the deploy renamed without renamed_step: resume
+        # refuses it (nothing could wake it), so the preview must too.
+        parked = _parked(make_workflow)
+        DashPayment.fail_charge = True
+        parked.pause()
+        # Ready, its scheduled step gone from the class: a reattempt has nothing to run.
+        ready_stranded = make_workflow()
+        for wf, gone in [(parked, "gone_wait"), (ready_stranded, "gone_step")]:
+            session.execute(
+                update(Workflow).where(Workflow.id == wf.id).values(next_step_name=gone)
+            )
+            session.execute(
+                update(StepExecution)
+                .where(StepExecution.workflow_id == wf.id, StepExecution.state != "completed")
+                .values(step_name=gone)
+            )
+        session.commit()
+        session.expire_all()
+        ids = [ready.id, paused.id, canceled.id, stranded.id, parked.id, ready_stranded.id]
+        ids.append(987654321)
+        preview = operator_actions.preview_bulk(session, ids, action, params)
+        outcome = operator_actions.perform_bulk(session, "t", ids, action, params, {})
+        assert (len(preview.eligible), preview.refused_count, len(preview.gone)) == (
+            outcome.done,
+            outcome.refused,
+            outcome.gone,
+        ), (action, params, preview, outcome)

@@ -18,6 +18,13 @@ _made: list[tuple[Flask, SQLAlchemy]] = []
 
 
 @pytest.fixture(autouse=True)
+def _a_broker(monkeypatch):
+    """These host apps are given a broker (without one, or the host's Celery app, the
+    extension refuses to start: tests/integration/test_no_silent_broker.py)."""
+    monkeypatch.setenv("GENEVA_BROKER_URL", "memory://")
+
+
+@pytest.fixture(autouse=True)
 def _dispose_host_engines():
     """Each host app's Flask-SQLAlchemy engine is closed with its test: a pooled connection left
     to the garbage collector is a ResourceWarning (an error here) in whichever test runs then."""
@@ -30,7 +37,9 @@ def _dispose_host_engines():
 
 def _host(geneva_database, **config):
     app = Flask("host")
-    app.config.update(SECRET_KEY="host-secret", **geneva_database.flask_config(), **config)
+    app.config.update(
+        SECRET_KEY="host-secret-key-long-enough-0c9e", **geneva_database.flask_config(), **config
+    )
     db = SQLAlchemy()
     db.init_app(app)
     _made.append((app, db))

@@ -8,6 +8,9 @@ import pytest
 
 from geneva_drive.dashboard.formatting import duration, iso, relative, utc
 
+# Does not use the suite's database (pure functions): the SQLite pass runs it once.
+pytestmark = pytest.mark.sqlite_pass
+
 NOW = datetime(2026, 11, 29, 8, 0, 0, tzinfo=UTC)
 
 

@@ -1,11 +1,13 @@
 """``geneva-drive workflows …`` and ``geneva-drive signal``, run as the operator runs them: the
 installed command in a subprocess, against the test database, reading back the rows it
-changed and the audit rows it wrote (actor ``cli:<user>``)."""
+changed and the audit rows it wrote (actor ``cli:<OS user>``, from the effective uid: the
+``USER``/``LOGNAME`` the fixture sets to ``ops-test`` must not change it)."""
 
 from __future__ import annotations
 
 import json
 import os
+import pwd
 import subprocess
 import sys
 import uuid
@@ -23,6 +25,8 @@ from geneva_drive.workflow import Workflow
 GENEVA_DRIVE = str(Path(sys.executable).parent / "geneva-drive")
 REDIS_URL = os.environ.get("GENEVA_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
 ROOT = Path(__file__).resolve().parents[2]
+#: The audit actor of every command these tests run: the OS user, not $USER or $LOGNAME.
+CLI_ACTOR = f"cli:{pwd.getpwuid(os.geteuid()).pw_name}"
 
 Run = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -83,6 +87,7 @@ def cli(geneva_database) -> Iterator[Run]:  # type: ignore[no-untyped-def]
             timeout=120,
         )
 
+    run.env = env  # type: ignore[attr-defined]
     yield run
     try:
         import redis
@@ -137,7 +142,7 @@ def test_pause_by_id_is_audited_with_the_cli_actor(demo, cli):
     assert f"#{workflow_id}: Paused." in done.stdout
     assert _workflow(workflow_id).state == "paused"
     (row,) = _audit(workflow_id=workflow_id)
-    assert (row.actor, row.action, row.result) == ("cli:ops-test", "pause", "ok")
+    assert (row.actor, row.action, row.result) == (CLI_ACTOR, "pause", "ok")
     assert (row.from_state, row.to_state) == ("ready", "paused")
 
 
@@ -148,7 +153,7 @@ def test_a_refusal_exits_non_zero_with_the_engines_message(demo, cli):
     assert "Only a paused workflow can be resumed." in refused.stderr
     assert _workflow(workflow_id).state == "ready"
     (row,) = _audit(workflow_id=workflow_id)
-    assert (row.actor, row.result) == ("cli:ops-test", "refused")
+    assert (row.actor, row.result) == (CLI_ACTOR, "refused")
 
     missing = cli("workflows", "cancel", "987654", str(workflow_id))
     assert missing.returncode == 1
@@ -177,7 +182,7 @@ def test_resume_at_by_filter_previews_then_acts_under_one_batch(demo, cli):
         workflow = _workflow(workflow_id)
         assert (workflow.state, workflow.next_step_name) == ("ready", "publish")
     (batch,) = _audit(action="bulk_resume_at")
-    assert batch.actor == "cli:ops-test" and batch.result == "ok"
+    assert batch.actor == CLI_ACTOR and batch.result == "ok"
     assert batch.params is not None and batch.params["step"] == "publish"
     assert len(_audit(action="resume_at")) == 2
 
@@ -220,4 +225,264 @@ def test_signal_delivers_to_a_parked_payment(demo, cli):
         ).all()
         assert waiting == []  # the parked step was woken
     (row,) = _audit(workflow_id=workflow_id)
-    assert (row.actor, row.action, row.result) == ("cli:ops-test", "signal", "ok")
+    assert (row.actor, row.action, row.result) == (CLI_ACTOR, "signal", "ok")
+
+
+def test_signal_waiting_only_delivers_to_the_waiters_and_refuses_the_rest(demo, cli):
+    """The inbox's bulk deliver on the command line: the same preview, refusals and audit."""
+    waiter, moved_on = demo["payments"]
+    not_parked = demo["ready"][0]
+    with db.new_session() as session:
+        workflow = session.get(Workflow, moved_on)
+        assert workflow is not None
+        workflow.signal("payment_confirmed", {"from": "webhook"})
+        session.commit()
+    ids = [str(waiter), str(moved_on), str(not_parked)]
+    dry = cli("signal", "payment_confirmed", *ids, "--waiting-only", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "1 workflow would be changed, 2 would not be done" in dry.stdout
+    assert "2 no longer waiting for a signal (ready)" in dry.stdout
+    assert _audit() == []
+
+    sent = cli("signal", "payment_confirmed", *ids, "--waiting-only", "--payload", '{"n": 1}')
+    assert sent.returncode == 1
+    assert "Signal payment_confirmed: 1 done, 2 refused." in sent.stderr
+    with db.new_session() as session:
+        payloads = {
+            s.workflow_id: s.payload_json
+            for s in session.scalars(
+                select(Signal).where(Signal.workflow_id.in_([waiter, moved_on, not_parked]))
+            )
+        }
+    # Nothing stored for the workflow that was not parked, nothing more for the one that moved on.
+    assert payloads == {waiter: {"n": 1}, moved_on: {"from": "webhook"}}
+    [batch] = _audit(action="bulk_signal")
+    assert (batch.actor, batch.result) == (CLI_ACTOR, "partial")
+    assert batch.params["waiting_only"] is True
+
+
+# --- without Flask (issue 25) --------------------------------------------------------------------
+
+#: Installed through PYTHONPATH: every import of Flask or its extensions raises, as in a
+#: process where Flask is not installed.
+NO_FLASK = """
+import importlib.abc
+import sys
+
+BLOCKED = ("flask", "flask_sqlalchemy", "flask_migrate", "flask_login", "htmx_flask")
+
+
+class NoFlask(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in BLOCKED:
+            raise ImportError(f"{name} is blocked in this test: no Flask here")
+        return None
+
+
+sys.meta_path.insert(0, NoFlask())
+"""
+
+
+@pytest.fixture
+def no_flask(tmp_path: Path) -> dict[str, str]:
+    (tmp_path / "sitecustomize.py").write_text(NO_FLASK)
+    return {"PYTHONPATH": str(tmp_path)}
+
+
+def test_every_operator_command_runs_where_import_flask_fails(demo, cli, no_flask):
+    probe = subprocess.run(
+        [sys.executable, "-c", "import flask"], env={**os.environ, **no_flask}, capture_output=True
+    )
+    assert probe.returncode == 1 and b"no Flask here" in probe.stderr
+
+    feed, other_feed = demo["feeds"]
+    ready = demo["ready"][0]
+    payment, other_payment = demo["payments"]
+
+    def ok(*args: str) -> str:
+        done = cli(*args, extra_env=no_flask)
+        assert done.returncode == 0, (args, done.stdout, done.stderr)
+        assert "blocked" not in done.stderr
+        return done.stdout
+
+    assert str(feed) in ok("workflows", "list", "--state", "paused")
+    assert "paused after `ValueError` in `parse`" in ok("workflows", "show", str(feed))
+    ok("workflows", "pause", str(ready))
+    ok("workflows", "resume", str(ready))
+    assert _workflow(ready).state == "ready"
+    assert "Step scheduled to run again." in ok("workflows", "reattempt", str(ready))
+    ok("workflows", "skip", str(feed))
+    assert _workflow(feed).next_step_name == "publish"
+    ok("workflows", "resume-at", "publish", str(other_feed))
+    assert (_workflow(other_feed).state, _workflow(other_feed).next_step_name) == (
+        "ready",
+        "publish",
+    )
+    ok("workflows", "cancel", str(other_payment))
+    assert _workflow(other_payment).state == "canceled"
+    ok("signal", "payment_confirmed", str(payment), "--payload", '{"amount_cents": 1200}')
+    ok("housekeeping")
+    actions = [(row.action, row.result, row.actor) for row in _audit()]
+    assert actions == [
+        ("pause", "ok", CLI_ACTOR),
+        ("resume", "ok", CLI_ACTOR),
+        ("reattempt", "ok", CLI_ACTOR),
+        ("skip", "ok", CLI_ACTOR),
+        ("resume_at", "ok", CLI_ACTOR),
+        ("cancel", "ok", CLI_ACTOR),
+        ("signal", "ok", CLI_ACTOR),
+    ]
+
+
+# --- the audit actor (issue 27) ------------------------------------------------------------------
+
+
+def test_the_actor_is_the_os_user_whatever_logname_says(demo, cli):
+    workflow_id = demo["ready"][0]
+    done = cli("workflows", "pause", str(workflow_id), extra_env={"LOGNAME": "op", "USER": "admin"})
+    assert done.returncode == 0, done.stderr
+    (row,) = _audit(workflow_id=workflow_id)
+    assert row.actor == CLI_ACTOR
+    assert "op" not in row.actor.removeprefix("cli:").split() and "admin" not in row.actor
+
+
+def test_an_explicit_actor_is_audited_as_such_beside_the_os_user(demo, cli):
+    workflow_id = demo["ready"][0]
+    done = cli("workflows", "pause", str(workflow_id), "--actor", "alice")
+    assert done.returncode == 0, done.stderr
+    # Posing as another CLI user only names the pose: the OS user stays in front.
+    posed = cli("workflows", "resume", str(workflow_id), "--actor", "cli:root\nforged line")
+    assert posed.returncode == 0, posed.stderr
+    actors = [row.actor for row in _audit(workflow_id=workflow_id)]
+    assert actors == [f"{CLI_ACTOR} as alice", f"{CLI_ACTOR} as cli:root forged line"]
+    empty = cli("workflows", "pause", str(workflow_id), "--actor", " ")
+    assert empty.returncode == 1 and "--actor needs a name" in empty.stderr
+
+
+# --- issue 32, item 9 ----------------------------------------------------------------------------
+
+
+def _bare_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GENEVA_")}
+    return {**env, "GENEVA_LOG_LEVEL": "WARNING", **extra}
+
+
+@pytest.mark.skipif(
+    bool(os.environ.get("GENEVA_TEST_DATABASE_URL")),
+    reason="the embedded default is a SQLite file: runs once, in the SQLite pass",
+)
+def test_beside_up_the_cli_uses_the_embedded_default_file_and_says_so(tmp_path: Path):
+    def run(*args: str, cwd: Path = tmp_path) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [GENEVA_DRIVE, *args], env=_bare_env(), cwd=cwd, capture_output=True, text=True
+        )
+
+    nowhere = tmp_path / "elsewhere"
+    nowhere.mkdir()
+    refused = run("workflows", "list", cwd=nowhere)
+    assert refused.returncode == 2
+    assert "GENEVA_DATABASE_URL is not set" in refused.stderr
+    assert str(nowhere / "var" / "geneva_drive.sqlite3") in refused.stderr
+    assert not (nowhere / "var").exists()  # no empty file made on the way
+
+    assert run("migrate").returncode == 0  # what `geneva-drive up` does first, here
+    listed = run("workflows", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert f"using the embedded default {tmp_path / 'var' / 'geneva_drive.sqlite3'}" in (
+        listed.stderr
+    )
+    assert "No workflows match." in listed.stderr
+
+
+def test_without_workflow_modules_a_paused_workflow_is_unknown_not_stranded(demo, cli):
+    blind = {"GENEVA_WORKFLOW_MODULES": ""}
+    listed = cli("workflows", "list", "--state", "paused", "--json", extra_env=blind)
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)["workflows"]
+    assert sorted(r["id"] for r in rows) == sorted(demo["feeds"])
+    for row in rows:
+        assert "stranded" not in row["badges"]
+        assert "unknown (set GENEVA_WORKFLOW_MODULES)" in row["badges"]
+    text = cli("workflows", "list", "--state", "paused", extra_env=blind).stdout
+    assert "stranded" not in text and "unknown (set GENEVA_WORKFLOW_MODULES)" in text
+    shown = cli("workflows", "show", str(demo["feeds"][0]), extra_env=blind)
+    assert "stranded" not in shown.stdout and "set GENEVA_WORKFLOW_MODULES" in shown.stdout
+
+    guess = cli("workflows", "list", "--stranded", "parse", extra_env=blind)
+    assert guess.returncode == 1
+    assert "set GENEVA_WORKFLOW_MODULES" in guess.stderr
+
+    # With the modules it knows: broken feeds are paused on a step that exists.
+    known = json.loads(cli("workflows", "list", "--state", "paused", "--json").stdout)
+    assert all(r["badges"] == ["paused"] for r in known["workflows"])
+
+
+def test_resume_at_an_unknown_step_is_refused_even_in_a_dry_run(demo, cli):
+    feed = demo["feeds"][0]
+    for extra in ((), ("--dry-run",)):
+        refused = cli("workflows", "resume-at", "nosuchstep", str(feed), *extra)
+        assert refused.returncode == 1, refused.stdout
+        assert "would be changed" not in refused.stdout
+        assert "Unknown step `nosuchstep`" in refused.stderr
+        assert "Its steps are fetch, parse, publish; run resume-at with one of them." in (
+            refused.stderr
+        )
+    assert _workflow(feed).state == "paused"
+    assert _audit() == []
+
+
+def test_the_more_cursor_stands_apart_from_the_last_row(demo, cli):
+    merged = subprocess.run(
+        [GENEVA_DRIVE, "workflows", "list", "--limit", "2"],
+        env={**cli.env, "PYTHONUNBUFFERED": ""},  # type: ignore[attr-defined]
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=120,
+    )
+    assert merged.returncode == 0
+    lines = merged.stdout.splitlines()
+    assert lines[:2] and all(line.startswith("#") for line in lines[:2])
+    # The rows, a blank line, then the cursor (not glued to the last row).
+    second_newest = sorted(i for ids in demo.values() for i in ids)[-2]
+    assert lines[2:] == ["", f"More: --after {second_newest}"]
+
+
+def test_a_dry_run_counts_only_what_will_be_done(demo, cli):
+    ready = [demo["ready"][0], *demo["payments"]]  # ready (two parked for a signal)
+    feed = demo["feeds"][0]
+    nothing = cli("workflows", "resume", *map(str, ready), "--dry-run")
+    assert nothing.returncode == 0, nothing.stderr
+    assert (
+        "Resume: 0 workflows would be changed, 3 would not be done (3 ready (only a paused "
+        "workflow can be resumed))" in nothing.stdout
+    )
+    mixed = cli("workflows", "resume", str(feed), *map(str, ready), "--dry-run", "--json")
+    preview = json.loads(mixed.stdout)
+    assert (preview["count"], preview["ids"], preview["refused_count"]) == (1, [feed], 3)
+    assert preview["dry_run"] is True
+    # A selection that matches nothing, without --dry-run: no claim of a dry run.
+    empty = cli("workflows", "pause", "--class", "OnboardingWorkflow", "--state", "canceled")
+    assert empty.returncode == 0, empty.stderr
+    assert "(nothing changed)." in empty.stdout and "dry run" not in empty.stdout
+    assert _audit() == []
+
+
+def test_a_bulk_action_with_workflows_gone_meanwhile_is_not_ok(capsys):
+    """A workflow deleted between the selection and the action was not done: the command
+    says how many, in text and JSON, and exits 1 (a script must not read it as success)."""
+    from geneva_drive.dashboard.operator_cli import report_outcome
+
+    def outcome() -> dict[str, Any]:
+        return {"action": "cancel", "count": 3, "done": 2, "refused": 0, "gone": 1}
+
+    text = {**outcome(), "messages": ["#9: Workflow #9 does not exist."], "batch": 7}
+    assert report_outcome("Cancel", text, as_json=False) == 1
+    err = capsys.readouterr().err
+    assert "Cancel: 2 done, 1 no longer exist." in err and "#9: Workflow #9" in err
+
+    as_json = {**outcome(), "messages": [], "batch": 7}
+    assert report_outcome("Cancel", as_json, as_json=True) == 1
+    printed = json.loads(capsys.readouterr().out)
+    assert (printed["gone"], printed["ok"]) == (1, False)

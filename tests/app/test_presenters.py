@@ -129,3 +129,16 @@ def test_execution_view_ends_at_finished_at(geneva_session):
     assert not done.overdue
     skipped = presenters.execution_view(second, 1, now)
     assert second.state == "skipped" and skipped.ended_at == second.finished_at is not None
+
+
+def test_the_inbox_lists_overdue_waiters_first():
+    from datetime import UTC, datetime
+
+    from geneva_drive.dashboard.presenters import Waiter, waiter_order
+
+    def waiter(workflow_id: int, overdue: bool, hour: int) -> Waiter:
+        since = datetime(2026, 1, 1, hour, tzinfo=UTC)
+        return Waiter(workflow_id, workflow_id, "C", None, None, "s", since, overdue)
+
+    waiters = [waiter(1, False, 1), waiter(2, True, 5), waiter(3, True, 2), waiter(4, False, 0)]
+    assert [w.workflow_id for w in sorted(waiters, key=waiter_order)] == [3, 2, 4, 1]

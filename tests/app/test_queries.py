@@ -113,6 +113,28 @@ def test_keyset_page_is_newest_first_with_cursors_both_ways(geneva_session):
     assert [w.id for w in back.items] == made[:2]
 
 
+def test_the_overdue_list_is_sorted_by_lateness_and_pages_through_it(geneva_session):
+    now = utcnow()
+    minutes = [3, 50, 12, 50, 7]  # two equally late: the lower id first
+    made = [
+        create_workflow(geneva_session, QueryFlow, scheduled_for=now - timedelta(minutes=m)).id
+        for m in minutes
+    ]
+    geneva_session.commit()
+    expected = [made[1], made[3], made[2], made[4], made[0]]  # most late first
+    filters = WorkflowFilters(cls="QueryFlow", due="overdue")
+    first = queries.overdue_page(geneva_session, filters, None, None, limit=2)
+    assert [w.id for w in first.items] == expected[:2]
+    assert (first.newer, first.older) == (None, expected[1])
+    second = queries.overdue_page(geneva_session, filters, first.older, None, limit=2)
+    assert [w.id for w in second.items] == expected[2:4]
+    third = queries.overdue_page(geneva_session, filters, second.older, None, limit=2)
+    assert [w.id for w in third.items] == expected[4:]
+    assert third.older is None
+    back = queries.overdue_page(geneva_session, filters, None, third.newer, limit=2)
+    assert [w.id for w in back.items] == expected[2:4]
+
+
 # --- the overview ------------------------------------------------------------------------------
 
 

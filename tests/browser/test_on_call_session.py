@@ -13,7 +13,7 @@ from sqlalchemy import select
 from geneva_drive import db
 from geneva_drive.models import StepExecution
 from geneva_drive.workflow import Workflow
-from tests.browser.conftest import login
+from tests.browser.conftest import login, open_first
 
 pytestmark = pytest.mark.browser
 
@@ -78,9 +78,9 @@ def test_on_call_session_two_clicks_to_answer_one_confirmed_click_to_fix(live_se
     op.click(page.locator("#stat-waiting"))
     group = page.locator("#signals-inbox section.card").first
     expect(group.locator("h3")).to_contain_text("payment_confirmed")
-    expect(group.locator("tbody tr").first.locator("time")).to_have_attribute(
-        "datetime", re.compile(r"Z$")
-    )
+    expect(
+        group.locator("tbody tr").first.locator("td[data-label='Waiting since'] time")
+    ).to_have_attribute("datetime", re.compile(r"Z$"))
     op.within_two()
 
     # What is overdue and by how much: overdue card → the list, each row with its lateness.
@@ -107,7 +107,7 @@ def test_on_call_session_two_clicks_to_answer_one_confirmed_click_to_fix(live_se
 
     # Resume (no confirmation needed: nothing is thrown away).
     page.goto(f"{base}/workflows?class=PaymentWorkflow&state=paused")
-    page.locator("#results tbody a").first.click()
+    open_first(page)
     workflow_id = _id_of(page)
     _no_reload(page)
     page.get_by_role("button", name="Resume", exact=True).click()
@@ -117,7 +117,7 @@ def test_on_call_session_two_clicks_to_answer_one_confirmed_click_to_fix(live_se
 
     # Skip, confirmed.
     page.goto(f"{base}/workflows?class=FeedImportWorkflow&state=paused")
-    page.locator("#results tbody a").first.click()
+    open_first(page)
     workflow_id = _id_of(page)
     _no_reload(page)
     page.get_by_role("button", name="Skip", exact=True).click()
@@ -128,7 +128,7 @@ def test_on_call_session_two_clicks_to_answer_one_confirmed_click_to_fix(live_se
 
     # Resume at a chosen step, confirmed.
     page.goto(f"{base}/workflows?class=FeedImportWorkflow&state=paused")
-    page.locator("#results tbody a").first.click()
+    open_first(page)
     workflow_id = _id_of(page)
     _no_reload(page)
     page.get_by_label("Step", exact=True).select_option("fetch")
@@ -142,7 +142,7 @@ def test_on_call_session_two_clicks_to_answer_one_confirmed_click_to_fix(live_se
 
     # Cancel, confirmed.
     page.goto(f"{base}/workflows?class=OnboardingWorkflow&state=ready")
-    page.locator("#results tbody a").first.click()
+    open_first(page)
     workflow_id = _id_of(page)
     _no_reload(page)
     page.get_by_role("button", name="Cancel", exact=True).click()

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from geneva_drive import db, executor
 from geneva_drive.models import StepExecution
 from geneva_drive.states import StepState
-from tests.browser.conftest import login, screenshot
+from tests.browser.conftest import login, open_first, screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -94,7 +94,7 @@ def test_engine_refusal_shows_next_to_the_control(live_server, page):
     base = live_server.url
     login(page, base, "olga")
     page.goto(f"{base}/workflows?state=paused&class=FeedImportWorkflow")
-    page.locator("#results tbody a").first.click()
+    open_first(page)
     detail_url = page.url
     # Working in a field pauses this tab's polling, so it keeps showing the paused workflow.
     page.get_by_label("Step", exact=True).focus()
@@ -122,7 +122,7 @@ def test_viewer_can_look_but_not_act(live_server, page):
     page.goto(f"{base}/workflows?state=paused")
     expect(page.locator("#results tbody tr").first).to_contain_text("paused")
     assert page.get_by_role("button", name="Pause selected").count() == 0
-    page.locator("#results tbody a").first.click()
+    open_first(page)
     expect(page.locator("#wf-title")).to_be_visible()
     for label in ("Pause", "Resume", "Skip", "Cancel", "Reattempt", "Resume at", "Send signal"):
         assert page.get_by_role("button", name=label, exact=True).count() == 0

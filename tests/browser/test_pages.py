@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.browser.conftest import login, screenshot, watch
+from tests.browser.conftest import login, open_first, screenshot, watch
 
 pytestmark = pytest.mark.browser
 
@@ -38,7 +38,7 @@ def test_every_page_renders_and_is_screenshotted(live_server, page):
 
     # A workflow detail page with a resumable chain, and the hero page behind its hero link.
     page.goto(f"{base}/workflows?class=CampaignWorkflow&step=deliver")
-    page.locator("#results tbody a").first.click()
+    open_first(page)
     expect(page.locator("#wf-title")).to_contain_text("CampaignWorkflow")
     screenshot(page, "workflow-detail-chain")
     page.locator("dl.facts a").first.click()

@@ -17,6 +17,9 @@ import pytest
 from geneva_drive import celery as engine_celery
 from geneva_drive import executor
 
+# Does not use the suite's database (signal handling of the worker hooks, no database): the SQLite pass runs it once.
+pytestmark = pytest.mark.sqlite_pass
+
 
 @pytest.fixture
 def sigint_restored():

@@ -9,7 +9,8 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import select, update
 
-from geneva_drive import Workflow, db, settings, step
+from geneva_drive import Workflow, settings, step
+from geneva_drive.dialects import dialect_for
 from geneva_drive.dispatch import dispatch_due, run_dispatcher
 from geneva_drive.models import StepExecution, utcnow
 from tests.engine.helpers import assert_close, create_workflow, executions, make_order
@@ -160,7 +161,7 @@ def test_run_dispatcher_sweeps_until_stopped(geneva_session, geneva_transport):
 def test_rows_locked_by_another_dispatcher_are_skipped_on_a_server_database(
     geneva_session, geneva_transport
 ):
-    if db.is_sqlite(geneva_session):
+    if not dialect_for(geneva_session).row_locks:
         pytest.skip(
             "SKIP LOCKED is PostgreSQL's and MariaDB's; SQLite serializes dispatchers with its "
             "write lock"
@@ -265,3 +266,92 @@ def test_a_wait_until_that_comes_within_the_horizon_is_sent_with_a_short_countdo
     assert dispatch_due() == 1
     [message] = geneva_transport.messages
     assert 15 <= message.countdown <= 20
+
+
+# --- issue 26: a burst due at one instant ------------------------------------------------------
+
+
+def _burst(geneva_session, count: int):
+    """``count`` workflows whose first executions are all due at one and the same instant."""
+    workflows = [create_workflow(geneva_session, DispatchLaterWorkflow) for _ in range(count)]
+    instant = utcnow() + timedelta(days=2, hours=1)
+    geneva_session.execute(update(StepExecution).values(scheduled_for=instant))
+    geneva_session.commit()
+    return workflows, instant
+
+
+def test_a_burst_at_one_instant_is_sent_exactly_once_in_batches_in_id_order(
+    geneva_session, geneva_transport
+):
+    workflows, instant = _burst(geneva_session, 23)
+    # A paused workflow first in the order: passed over once, not read again by every batch.
+    workflows[0].pause()
+    geneva_session.commit()
+    batches = []
+    import geneva_drive.dispatch as dispatch_module
+
+    original = dispatch_module._dispatch_batch
+
+    def counting(now, batch_size, after):
+        sent, following = original(now, batch_size, after)
+        batches.append(sent)
+        return sent, following
+
+    dispatch_module._dispatch_batch = counting
+    try:
+        assert dispatch_due(instant + timedelta(seconds=1), batch_size=5) == 22
+    finally:
+        dispatch_module._dispatch_batch = original
+    assert batches == [5, 5, 5, 5, 2]
+    expected = [_execution(geneva_session, wf).id for wf in workflows[1:]]
+    assert geneva_transport.execution_ids == sorted(expected)  # each once, oldest id first
+    # The next sweep finds nothing left to send (the resend interval has not passed).
+    assert dispatch_due(instant + timedelta(seconds=2), batch_size=5) == 0
+
+
+def test_the_claim_reads_due_work_off_the_index_in_order_without_a_sort(
+    geneva_session, geneva_transport
+):
+    """The claim after the first batch (keyset on (scheduled_for, id)) is an index range in
+    the order it sends, with no sort step: the cost of a batch does not grow with a burst at
+    one instant. SQLite's plan names a sort ``USE TEMP B-TREE``; PostgreSQL's a ``Sort`` node
+    (sequential scans and sorts discouraged, so the plan shows whether the index can serve)."""
+    from sqlalchemy import event
+
+    from geneva_drive.dispatch import _due_query
+
+    dialect = geneva_session.get_bind().dialect.name
+    if dialect in ("mysql", "mariadb"):
+        pytest.skip("InnoDB's (state, scheduled_for) index carries the primary key: no new index")
+    _workflows, instant = _burst(geneva_session, 3)
+    query = _due_query(instant, 2, geneva_session, after=(instant, 1))
+    engine = geneva_session.get_bind()
+    captured = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        captured.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        geneva_session.execute(query).all()
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    ((statement, parameters),) = captured
+    connection = geneva_session.connection()
+    sqlite = dialect == "sqlite"
+    if not sqlite:
+        connection.exec_driver_sql("SET LOCAL enable_seqscan = off")
+        connection.exec_driver_sql("SET LOCAL enable_sort = off")
+    explain = "EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN "
+    rows = connection.exec_driver_sql(explain + statement, parameters).fetchall()
+    plan = "\n".join(str(row[-1]) if sqlite else str(row[0]) for row in rows)
+    geneva_session.rollback()
+    assert "TEMP B-TREE" not in plan and "Sort" not in plan, plan
+    if sqlite:
+        # SQLite's (state, scheduled_for) index carries the rowid: that order already.
+        assert "USING INDEX index_geneva_drive_step_executions_scheduled" in plan, plan
+    else:
+        assert "index_geneva_drive_step_executions_due" in plan, plan
+        # Both keyset columns are index conditions, not a filter over rows already passed.
+        conditions = [line for line in plan.splitlines() if "Index Cond:" in line]
+        assert any("ROW(scheduled_for, id) > ROW(" in line for line in conditions), plan

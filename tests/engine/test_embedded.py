@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 
 from geneva_drive import IterableStep, Workflow, resumable_step, step, transport
+from geneva_drive import embedded as embedded_module
 from geneva_drive.embedded import EmbeddedWorker
 from tests.engine.helpers import create_workflow, executions
 
@@ -87,18 +88,22 @@ def test_stop_hands_a_running_resumable_step_over_at_its_checkpoint(geneva_sessi
 
 
 def test_row_that_cannot_start_is_backed_off_not_spun(geneva_session, worker, monkeypatch):
-    calls = []
+    calls: list[tuple[int, float]] = []
 
     def broken_execute(execution_id, **kwargs):
-        calls.append(execution_id)
+        calls.append((execution_id, time.monotonic()))
         raise RuntimeError("database is locked")
 
     monkeypatch.setattr("geneva_drive.embedded.executor.execute", broken_execute)
     create_workflow(geneva_session, EmbeddedThreeStepWorkflow)
-    _wait(lambda: calls)
-    time.sleep(0.3)
-    # Polls every 20 ms, but the first retry only comes 0.5 s after the failure.
-    assert len(calls) == 1
+    _wait(lambda: len(calls) >= 3)
+    # Polls every 20 ms, but the first retry comes only RETRY_DELAY (0.5 s) after the failure,
+    # the next twice as long after that. Each gap is measured between two attempts (not
+    # against a sleep of the test's), so a loaded machine can only lengthen it.
+    (first, at_1), (second, at_2), (third, at_3) = calls[:3]
+    assert first == second == third
+    assert at_2 - at_1 >= embedded_module.RETRY_DELAY
+    assert at_3 - at_2 >= 2 * embedded_module.RETRY_DELAY
 
 
 def test_a_finished_stop_does_not_leave_the_shutdown_flag_behind(geneva_session, worker):

@@ -157,7 +157,8 @@ def test_undefined_step_fails_pauses_and_raises_after_commit(geneva_session):
     with pytest.raises(StepNotDefinedError) as info:
         perform_next_step(wf)
     assert str(info.value) == "Step 'vanished' is not defined in ExecTwoStepWorkflow"
-    assert info.value.workflow is not None and info.value.step_execution is not None
+    assert (info.value.workflow_id, info.value.workflow_class) == (wf.id, "ExecTwoStepWorkflow")
+    assert info.value.step_name == "vanished" and info.value.step_execution_id is not None
     # the state was committed before the raise: a fresh connection sees it
     with other_session() as session:
         [ex] = session.query(StepExecution).filter_by(workflow_id=wf.id).all()

@@ -38,16 +38,22 @@ def _make(session) -> ExplainFlow:
     return workflow
 
 
+def _pin(session, workflow_id: int, *, scheduled_for) -> None:
+    """Set the due time of ``workflow_id``'s scheduled execution."""
+    session.execute(
+        update(StepExecution)
+        .where(StepExecution.workflow_id == workflow_id, StepExecution.state == "scheduled")
+        .values(scheduled_for=scheduled_for)
+    )
+
+
 def test_each_line_and_the_batch_agree(geneva_session):
-    now = utcnow()
+    # The lines are read at a fixed instant, and every timestamp a line reads is pinned
+    # relative to it once the setup is done: the setup may take seconds on a loaded machine,
+    # and a line such as "due now" or "0 s ago" must not depend on how many.
     due = _make(geneva_session)
 
     overdue = _make(geneva_session)
-    geneva_session.execute(
-        update(StepExecution)
-        .where(StepExecution.workflow_id == overdue.id)
-        .values(scheduled_for=now - timedelta(minutes=12))
-    )
 
     parked = _make(geneva_session)
     perform_next_step(parked)
@@ -59,12 +65,6 @@ def test_each_line_and_the_batch_agree(geneva_session):
     later.signal("approved")
     geneva_session.commit()
     perform_next_step(later)
-    geneva_session.execute(
-        update(StepExecution)
-        .where(StepExecution.workflow_id == later.id, StepExecution.state == "scheduled")
-        .values(scheduled_for=now + timedelta(hours=3, minutes=30))
-    )
-    geneva_session.commit()
 
     failed = _make(geneva_session)
     perform_next_step(failed)
@@ -72,11 +72,7 @@ def test_each_line_and_the_batch_agree(geneva_session):
     failed.signal("approved")
     geneva_session.commit()
     perform_next_step(failed)
-    geneva_session.execute(
-        update(StepExecution)
-        .where(StepExecution.workflow_id == failed.id, StepExecution.state == "scheduled")
-        .values(scheduled_for=now)
-    )
+    _pin(geneva_session, failed.id, scheduled_for=utcnow())  # `remind` runs now, and fails
     geneva_session.commit()
     with contextlib.suppress(RuntimeError):
         perform_next_step(failed)
@@ -95,6 +91,22 @@ def test_each_line_and_the_batch_agree(geneva_session):
     finished.cancel()
     geneva_session.commit()
 
+    # The instant the lines are read: after the setup, whatever it took.
+    now = utcnow()
+    _pin(geneva_session, due.id, scheduled_for=now)
+    _pin(geneva_session, overdue.id, scheduled_for=now - timedelta(minutes=12))
+    _pin(geneva_session, later.id, scheduled_for=now + timedelta(hours=3, minutes=30))
+    geneva_session.execute(
+        update(StepExecution)
+        .where(StepExecution.workflow_id == parked.id, StepExecution.state == "waiting")
+        .values(waiting_since=now)
+    )
+    geneva_session.execute(
+        update(Workflow).where(Workflow.id == by_operator.id).values(transitioned_at=now)
+    )
+    geneva_session.commit()
+    at = now + timedelta(milliseconds=500)
+
     expected = {
         due.id: "`prepare` due now",
         overdue.id: "`prepare` overdue by 12 min",
@@ -108,8 +120,8 @@ def test_each_line_and_the_batch_agree(geneva_session):
     workflows = [due, overdue, parked, later, failed, by_operator, stranded, finished]
     for workflow in workflows:
         geneva_session.refresh(workflow)
-    batch = why_waiting_many(geneva_session, workflows, now=now + timedelta(seconds=1))
-    single = {w.id: why_waiting(w, now=now + timedelta(seconds=1)) for w in workflows}
+    batch = why_waiting_many(geneva_session, workflows, now=at)
+    single = {w.id: why_waiting(w, now=at) for w in workflows}
     assert single == expected
     assert batch == expected
 

@@ -257,8 +257,77 @@ def test_cleanup_loop_ends_even_when_no_slice_deletes_anything(geneva_session, m
     report = housekeeping.run()
     assert report.workflows_cleaned_up == report.step_executions_cleaned_up == 0
     assert len(slices) == 3 + 1  # two workflows per slice, then the read that finds none
-    assert [after for _, after, _, _ in slices] == [0, made[1].id, made[3].id, made[4].id]
+    # The keyset is (transitioned_at, id); these share one transitioned_at, so id decides.
+    long_ago = made[0].transitioned_at
+    assert [after for _, after, _, _ in slices] == [
+        None,
+        (long_ago, made[1].id),
+        (long_ago, made[3].id),
+        (long_ago, made[4].id),
+    ]
     assert _count(geneva_session, Workflow) == len(made)
+
+
+def test_cleanup_deletes_oldest_first_by_transitioned_at_not_by_id(geneva_session, monkeypatch):
+    settings.housekeeping_batch_size = 1
+    made = _old_finished(geneva_session, 3)
+    # The newest workflow finished longest ago: it goes first.
+    made[2].transitioned_at = made[2].transitioned_at - timedelta(days=5)
+    made[0].transitioned_at = made[0].transitioned_at - timedelta(days=1)
+    geneva_session.commit()
+    deleted = []
+    real = housekeeping._delete_workflows
+
+    def recording(session, ids, pg):
+        deleted.append(list(ids))
+        return real(session, ids, pg)
+
+    monkeypatch.setattr(housekeeping, "_delete_workflows", recording)
+    report = housekeeping.run()
+    assert report.workflows_cleaned_up == 3
+    assert deleted == [[made[2].id], [made[0].id], [made[1].id]]
+
+
+def test_cleanup_with_nothing_to_delete_reads_an_index_range_not_the_table(geneva_session):
+    """A pass with nothing old reads no whole table: the candidate query is a range of the
+    partial (transitioned_at, id) index of finished/canceled workflows. SQLite names a walk of
+    a whole table or index ``SCAN``; PostgreSQL (sequential scans off) shows ``Seq Scan`` where
+    no index serves, and the index's name where one does."""
+    from sqlalchemy import event
+
+    dialect = geneva_session.get_bind().dialect.name
+    if dialect in ("mysql", "mariadb"):
+        pytest.skip("MariaDB's optimizer has no enable_seqscan; checked on SQLite and PostgreSQL")
+    for _ in range(3):
+        speedrun_workflow(_create(geneva_session))  # finished, but recent
+    _create(geneva_session)  # ongoing
+    engine = geneva_session.get_bind()
+    statements = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("SELECT"):
+            statements.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        report = HousekeepingReport()
+        housekeeping.cleanup(utcnow(), report)
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    assert report.workflows_cleaned_up == 0
+    ((statement, parameters),) = statements  # one read, finding nothing
+    connection = geneva_session.connection()
+    sqlite = dialect == "sqlite"
+    if not sqlite:
+        connection.exec_driver_sql("SET LOCAL enable_seqscan = off")
+    explain = "EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN "
+    rows = connection.exec_driver_sql(explain + statement, parameters).fetchall()
+    plan = "\n".join(str(row[-1]) if sqlite else str(row[0]) for row in rows)
+    geneva_session.rollback()
+    assert "index_geneva_drive_workflows_terminal_transitioned" in plan, plan
+    assert "SCAN geneva_drive_workflows" not in plan, plan
+    assert "Seq Scan on geneva_drive_workflows" not in plan, plan
+    assert "TEMP B-TREE" not in plan and "Sort" not in plan, plan
 
 
 def _postgres_only(session):

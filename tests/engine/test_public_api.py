@@ -6,12 +6,16 @@ import importlib
 
 import pytest
 
+# Does not use the suite's database (imports only): the SQLite pass runs it once.
+pytestmark = pytest.mark.sqlite_pass
+
 SPEC_NAMES = {
     "geneva_drive": [
         "Workflow",
         "step",
         "resumable_step",
         "removed_step",
+        "renamed_step",
         "ExceptionPolicy",
         "SignalMatcher",
         "IterableStep",

@@ -10,6 +10,9 @@ import pytest
 from geneva_drive import settings
 from geneva_drive.config import Settings
 
+# Does not use the suite's database (settings objects only): the SQLite pass runs it once.
+pytestmark = pytest.mark.sqlite_pass
+
 
 @pytest.fixture
 def fresh():
@@ -177,3 +180,40 @@ def test_invalid_environment_values_name_the_variable(fresh, key, raw, fragment)
     message = str(info.value)
     assert message.startswith(f"{key}={raw.strip()!r} is not valid:")
     assert fragment in message
+
+
+def test_process_variables_are_read_at_each_call_and_listed_in_config(monkeypatch):
+    """The process-level GENEVA_* variables (database, broker, queue, workflow modules, worker
+    metrics) are read in config.py only, when used: a CLI or a test sets them first."""
+    from geneva_drive.celery_client import broker_url, default_queue
+    from geneva_drive.config import PROCESS_VARIABLES, process_variable
+
+    monkeypatch.setenv("GENEVA_DEFAULT_QUEUE", " steps ")
+    monkeypatch.setenv("GENEVA_BROKER_URL", "redis://127.0.0.1:6379/9")
+    assert (default_queue(), broker_url()) == ("steps", "redis://127.0.0.1:6379/9")
+    monkeypatch.delenv("GENEVA_DEFAULT_QUEUE")
+    assert default_queue() == "default" and process_variable("GENEVA_DEFAULT_QUEUE") == ""
+    assert "GENEVA_DATABASE_URL" in PROCESS_VARIABLES
+    with pytest.raises(KeyError, match="GENEVA_NOPE is not a process-level variable"):
+        process_variable("GENEVA_NOPE")
+
+
+def test_no_environment_read_outside_config():
+    """Every GENEVA_* variable is read through config.py (``settings`` or ``process_variable``),
+    so each is listed once with what it does: no ``os.environ``/``os.getenv`` read elsewhere in
+    the package. Setting one (the embedded default for a child process) is allowed; the test
+    plugin's own ``GENEVA_TEST_DATABASE_URL`` is not a product setting."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    read = re.compile(r"os\.environ\.get\(|os\.getenv\(|os\.environ\[[^\]]+\](?!\s*=)")
+    offenders = [
+        f"{path.relative_to(root)}:{number}: {line.strip()}"
+        for folder in ("engine", "app")
+        for path in sorted((root / folder).rglob("*.py"))
+        if path.name != "config.py" and "testing" not in path.parts
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if read.search(line)
+    ]
+    assert offenders == [], "\n".join(offenders)

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import event, func, select
 
 from geneva_drive import SignalMatcher, Workflow, db, settings, step
+from geneva_drive.dialects import dialect_for
 from geneva_drive.errors import SignalPayloadTooLargeError, WorkflowNotOngoing
 from geneva_drive.models import Signal, StepExecution
 from geneva_drive.testing import perform_next_step, speedrun_workflow
@@ -478,7 +479,7 @@ def test_the_workflow_row_is_locked_before_the_insert(order, geneva_session, gen
         i for i, s in enumerate(statements) if s.startswith("INSERT INTO geneva_drive_signals")
     )
     assert lock < insert
-    if not db.is_sqlite(geneva_session):
+    if dialect_for(geneva_session).row_locks:
         assert "FOR UPDATE" in statements[lock]
     else:
         assert any(s.startswith("BEGIN IMMEDIATE") for s in statements[:lock])

@@ -8,7 +8,7 @@ import itertools
 import pytest
 
 from geneva_drive import Workflow, step
-from geneva_drive.errors import InvalidStateTransition
+from geneva_drive.errors import InvalidTransitionError
 from geneva_drive.models import OUTCOMES, StepExecution, utcnow
 from geneva_drive.states import (
     STEP_TRANSITIONS,
@@ -40,6 +40,7 @@ def test_state_and_outcome_vocabularies_match_the_gem():
         "failed",
         "recovered",
         "workflow_paused",
+        "timed_out",  # beyond the gem: time-bounded waits (SPEC §6.1)
     } == set(OUTCOMES)
 
 
@@ -67,7 +68,7 @@ def test_workflow_transition_table(old, new):
     elif new in WORKFLOW_ALLOWED[old]:
         assert check_workflow_transition(old, new) is True
     else:
-        with pytest.raises(InvalidStateTransition) as info:
+        with pytest.raises(InvalidTransitionError) as info:
             check_workflow_transition(old, new)
         assert str(info.value) == f"Cannot transition workflow from '{old}' to '{new}'"
 
@@ -97,7 +98,7 @@ def test_step_transition_table_has_no_same_state_shortcut(old, new):
     if new in STEP_ALLOWED[old]:
         check_step_transition(old, new)
     else:
-        with pytest.raises(InvalidStateTransition) as info:
+        with pytest.raises(InvalidTransitionError) as info:
             check_step_transition(old, new)
         assert str(info.value) == f"Cannot transition step execution from '{old}' to '{new}'"
 
@@ -136,7 +137,7 @@ def test_executor_step_transition_writes_the_state_timestamps(new_state, columns
 
 def test_executor_step_transition_refuses_illegal_moves():
     execution = StepExecution(step_name="x", state="completed", scheduled_for=utcnow())
-    with pytest.raises(InvalidStateTransition):
+    with pytest.raises(InvalidTransitionError):
         transition_step(execution, "in_progress")
     assert execution.state == "completed"
 
@@ -159,7 +160,7 @@ def test_entering_ready_or_performing_leaves_transitioned_at_alone(new_state):
 
 def test_transition_out_of_a_terminal_state_raises():
     workflow = Workflow(state="finished")
-    with pytest.raises(InvalidStateTransition, match="from 'finished' to 'ready'"):
+    with pytest.raises(InvalidTransitionError, match="from 'finished' to 'ready'"):
         transition_workflow(workflow, "ready")
 
 
@@ -235,8 +236,8 @@ def test_error_hierarchy():
         "StepNotDefinedError",
         "CursorTooLargeError",
         "SignalPayloadTooLargeError",
-        "WorkflowNotOngoing",
-        "InvalidStateTransition",
+        "WorkflowNotOngoingError",
+        "InvalidTransitionError",
         "DuplicateWorkflowError",
     ):
         cls = getattr(errors, name)
@@ -244,9 +245,24 @@ def test_error_hierarchy():
     assert issubclass(errors.StepNotDefinedError, errors.StepExecutionError)
     # A step's own exception is re-raised as itself: no wrappers that nothing raises.
     assert not hasattr(errors, "StepFailedError") and not hasattr(errors, "PreconditionError")
-    error = errors.StepNotDefinedError("gone", step_execution="ex", workflow="wf")
-    assert (str(error), error.step_execution, error.workflow) == ("gone", "ex", "wf")
-    assert errors.StepNotDefinedError("gone").step_execution is None
+    # Each name ends in Error; the gem's names (SPEC §2) are the same classes.
+    assert errors.InvalidStateTransition is errors.InvalidTransitionError
+    assert errors.WorkflowNotOngoing is errors.WorkflowNotOngoingError
+    # It carries ids and names, not the rows: it outlives the session that raised it.
+    execution = StepExecution(id=7, step_name="gone_step")
+    error = errors.StepNotDefinedError(
+        "gone", step_execution=execution, workflow=StatesPointerWorkflow(id=3)
+    )
+    assert (str(error), error.step_execution_id, error.step_name) == ("gone", 7, "gone_step")
+    assert (error.workflow_id, error.workflow_class) == (3, "StatesPointerWorkflow")
+    assert not hasattr(error, "step_execution") and not hasattr(error, "workflow")
+    bare = errors.StepNotDefinedError("gone")
+    assert (bare.step_execution_id, bare.step_name, bare.workflow_id, bare.workflow_class) == (
+        None,
+        None,
+        None,
+        None,
+    )
 
 
 def test_previous_step_name_of_a_finished_workflow_is_the_last_step_even_a_gravestone(

@@ -47,4 +47,23 @@ def test_small_seed_covers_every_state(geneva_session):
     assert OnboardingWorkflow.removed_steps_in_flight(s) == {"send_fax": 1}
     assert s.scalar(select(func.count()).select_from(Signal).where(Signal.state == "pending")) >= 1
 
+    # Fan-out and join (SPEC §6.3): an order whose invoice waits for its lines.
+    waiting_parent = s.scalar(
+        select(Workflow.id)
+        .join(StepExecution, StepExecution.workflow_id == Workflow.id)
+        .where(
+            Workflow.type == "FulfilmentWorkflow",
+            StepExecution.step_name == "invoice",
+            StepExecution.state == "waiting",
+        )
+    )
+    assert waiting_parent is not None
+    lines = s.execute(
+        select(Workflow.state, func.count())
+        .where(Workflow.parent_id == waiting_parent)
+        .group_by(Workflow.state)
+    )
+    assert dict(lines.all()) == {"finished": 3, "paused": 1, "ready": 1}
+    assert by_type[("FulfilmentWorkflow", "finished")] >= 1
+
     assert seed.seed(scale=0.1) == 0  # already seeded

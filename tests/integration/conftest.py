@@ -28,11 +28,11 @@ from sqlalchemy.engine.url import make_url
 from geneva_drive import db, transport
 from geneva_drive.celery import CeleryTransport, make_celery
 from geneva_drive.config import settings
+from geneva_drive.dialects import backend_name, dialect_for_url
 from geneva_drive.models import Base, StepExecution
 from geneva_drive.testing.pytest_plugin import (
     create_mysql_database,
     drop_mysql_database,
-    is_mysql_url,
 )
 from geneva_drive.workflow import Workflow
 
@@ -73,7 +73,7 @@ class SharedDatabase:
     @property
     def backend(self) -> str:
         """``PostgreSQL``, ``MariaDB``/``MySQL`` or ``SQLite`` (for reports)."""
-        name = db.dialect_backend(self.engine.dialect)
+        name = backend_name(self.engine)
         return {"postgresql": "PostgreSQL", "mariadb": "MariaDB", "mysql": "MySQL"}.get(
             name, "SQLite"
         )
@@ -103,7 +103,7 @@ def shared_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared
         separator = "&" if "?" in pg else "?"
         url = f"{pg}{separator}options=-csearch_path%3D{schema}"
         database = SharedDatabase(url, db.make_engine(url), schema, pg)
-    elif pg and is_mysql_url(pg):
+    elif pg and dialect_for_url(pg).name == "mysql":
         require_service("MariaDB", pg)
         name, url = create_mysql_database(pg, prefix="gd_it")
         database = SharedDatabase(url, db.make_engine(url), None, pg, database=name)
@@ -328,6 +328,11 @@ class Worker:
             self.log,
             GENEVA_BROKER_URL=self.broker.url,
             GENEVA_DEFAULT_QUEUE=self.queue,
+            # The inline chain's wall-time budget (200 ms by default) is not what these tests
+            # are about: on a loaded machine it can run out between two steps and publish a
+            # successor that test_immediately_due_successors_run_in_the_worker_that_finished_
+            # the_step expects run inline (its own test passes ``max_seconds``).
+            GENEVA_INLINE_SUCCESSOR_MAX_TIME="60",
         )
         name = f"{self.queue}-{generation}"
         process = Process(

@@ -14,7 +14,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 
-from geneva_drive import IterableStep, Workflow, resumable_step, step
+from geneva_drive import ConcurrencyLimit, IterableStep, Workflow, resumable_step, step
 
 
 def record(workflow: Workflow, step_name: str, event: str = "ran") -> None:
@@ -180,3 +180,27 @@ class ItElsewhereWorkflow(Workflow):
     @step(job_options={"queue": "gd-it-nobody-consumes-this"})
     def elsewhere(self) -> None:
         record(self, "elsewhere")
+
+
+def _parity(workflow: Workflow) -> str:
+    return "even" if workflow.id % 2 == 0 else "odd"
+
+
+class ItLimitedWorkflow(Workflow):
+    """Two steps under one concurrency limit of 2 per key (the workflow id's parity): each
+    body records its start and end with the key, so the log shows how many overlapped."""
+
+    may_proceed_without_hero = True
+    concurrency_limit = ConcurrencyLimit("it-tenant", limit=2, key=_parity)
+
+    @step
+    def one(self) -> None:
+        record(self, "one", f"start-{_parity(self)}")
+        time.sleep(0.2)
+        record(self, "one", f"end-{_parity(self)}")
+
+    @step
+    def two(self) -> None:
+        record(self, "two", f"start-{_parity(self)}")
+        time.sleep(0.2)
+        record(self, "two", f"end-{_parity(self)}")

@@ -15,13 +15,14 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, func, select, text
 
-from geneva_drive.db import is_mysql_url
+from geneva_drive.dialects import dialect_for_url
 from geneva_drive.testing.pytest_plugin import create_mysql_database, drop_mysql_database
 from tests.integration.conftest import BIN, Process, wait_until
 
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.sqlite_pass  # its own SQLite file in tmp_path, whatever the suite's database
 def test_up_demo_serves_the_dashboard_and_stops_on_ctrl_c(
     tmp_path: Path, processes: list[Process]
 ) -> None:
@@ -61,7 +62,7 @@ def test_up_demo_serves_the_dashboard_and_stops_on_ctrl_c(
 
 
 @pytest.mark.skipif(
-    not is_mysql_url(os.environ.get("GENEVA_TEST_DATABASE_URL")),
+    dialect_for_url(os.environ.get("GENEVA_TEST_DATABASE_URL") or "sqlite://").name != "mysql",
     reason="needs GENEVA_TEST_DATABASE_URL=mysql+pymysql://… (the demo on MariaDB)",
 )
 def test_up_demo_on_mariadb_runs_workflows_to_the_end_and_every_page_answers(
@@ -75,6 +76,7 @@ def test_up_demo_on_mariadb_runs_workflows_to_the_end_and_every_page_answers(
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("GENEVA_")}
         env.update(GENEVA_TEST_CWD=str(tmp_path), PYTHONUNBUFFERED="1", GENEVA_DATABASE_URL=url)
+        env.update(GENEVA_METRICS_PUBLIC="1")  # /metrics is among the pages fetched below
         up = Process(
             [str(BIN / "geneva-drive"), "up", "--demo", "--port", "0", "--concurrency", "2"],
             env,

@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
             }
         flask_app = create_app(
             {"TESTING": True, "SQLALCHEMY_DATABASE_URI": os.environ["GENEVA_DATABASE_URL"],
-             "SQLALCHEMY_ENGINE_OPTIONS": options}
+             "SQLALCHEMY_ENGINE_OPTIONS": options, "METRICS_PUBLIC": True}
         )  # fmt: skip
         response = flask_app.test_client().get("/metrics")
         assert response.status_code == 200, response.status_code

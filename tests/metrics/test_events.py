@@ -6,13 +6,14 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from blinker import NamedSignal
 from prometheus_client import REGISTRY
 from sqlalchemy import update
 
 from geneva_drive import Workflow, housekeeping, instrumentation, prometheus, step
 from geneva_drive.housekeeping import HousekeepingReport
 from geneva_drive.models import StepExecution, utcnow
-from geneva_drive.testing import perform_next_step, speedrun_workflow
+from geneva_drive.testing import expire_wait, perform_next_step, speedrun_workflow
 from tests.engine.helpers import make_order
 
 
@@ -39,6 +40,14 @@ class MetricsEventsWorkflow(Workflow):
     @step(on_exception="cancel")
     def broken(self):
         raise ValueError("boom")
+
+
+class MetricsTimeoutWorkflow(Workflow):
+    workflow_name = "metrics_timeout_flow"
+
+    @step(wait_for="paid", timeout=timedelta(days=3), on_timeout="cancel")
+    def capture(self):
+        pass
 
 
 class MetricsSignalWorkflow(Workflow):
@@ -116,6 +125,16 @@ def test_signals_are_counted_by_result_under_the_stored_type(geneva_session):
     assert value("geneva_drive_signals_total", **labels, result="duplicate") == duplicate + 1
 
 
+def test_wait_time_outs_are_counted_by_workflow_step_and_action(geneva_session):
+    labels = {"workflow": "metrics_timeout_flow", "step": "capture", "action": "cancel"}
+    before = value("geneva_drive_wait_timeouts_total", **labels)
+    wf = MetricsTimeoutWorkflow.create(hero=make_order(geneva_session))
+    perform_next_step(wf)  # parks
+    expire_wait(wf)
+    assert wf.state == "canceled"
+    assert value("geneva_drive_wait_timeouts_total", **labels) == before + 1
+
+
 def test_operator_actions_are_counted_with_a_bounded_label():
     pause = value("geneva_drive_operator_actions_total", action="pause")
     other = value("geneva_drive_operator_actions_total", action="other")
@@ -155,7 +174,56 @@ def test_install_is_idempotent_and_uninstall_disconnects(installed):
         assert prometheus.installed() is None
         # Events sent now reach no receiver and raise nothing.
         instrumentation.operator_action.send("app", action="pause")
+        # Every event the metrics listen to is disconnected (a receiver left behind keeps its
+        # sender building payloads for nobody, as limit_deferred's did).
+        for name in dir(instrumentation):
+            event = getattr(instrumentation, name)
+            if isinstance(event, NamedSignal) and event.name.endswith(".geneva_drive"):
+                assert not any(
+                    getattr(r, "__module__", "") == prometheus.__name__
+                    for r in event.receivers.values()
+                ), name
     finally:
         again = prometheus.install()
     assert again is not installed
     assert prometheus.install() is again
+
+
+class MetricsChildWorkflow(Workflow):
+    workflow_name = "metrics_child_flow"
+
+    @step
+    def work(self):
+        pass
+
+
+class MetricsParentWorkflow(Workflow):
+    workflow_name = "metrics_parent_flow"
+
+    @step
+    def fan_out(self):
+        for _ in range(3):
+            self.start_child(MetricsChildWorkflow, hero=self.hero, allow_multiple=True)
+
+    @step(wait_for_children=True, on_child_failure="continue")
+    def join(self):
+        pass
+
+
+def test_children_started_and_joined_are_counted_by_the_parents_class(geneva_session):
+    from geneva_drive.testing import speedrun_children
+
+    labels = {"workflow": "metrics_parent_flow"}
+    started = value("geneva_drive_children_started_total", **labels)
+    finished = value("geneva_drive_children_joined_total", **labels, state="finished")
+    canceled = value("geneva_drive_children_joined_total", **labels, state="canceled")
+    wf = MetricsParentWorkflow.create(hero=make_order(geneva_session))
+    speedrun_workflow(wf)
+    assert value("geneva_drive_children_started_total", **labels) == started + 3
+    wf.children[0].cancel()
+    geneva_session.commit()
+    speedrun_children(wf)
+    speedrun_workflow(wf)
+    assert wf.state == "finished"
+    assert value("geneva_drive_children_joined_total", **labels, state="finished") == finished + 2
+    assert value("geneva_drive_children_joined_total", **labels, state="canceled") == canceled + 1

@@ -15,7 +15,10 @@ from prometheus_client import CollectorRegistry
 
 from geneva_drive.metrics import ClassMetrics, MetricsSnapshot
 from geneva_drive.models import utcnow
-from geneva_drive.prometheus import EventMetrics, snapshot_metrics
+from geneva_drive.prometheus import EventMetrics, LimitCollector, snapshot_metrics
+
+# Does not use the suite's database (promtool on the rules file): the SQLite pass runs it once.
+pytestmark = pytest.mark.sqlite_pass
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "docs" / "prometheus-rules.yml"
@@ -58,6 +61,7 @@ def _exported_names() -> set[str]:
         stuck_in_progress_threshold=timedelta(hours=1),
     )
     names = {family.name for family in snapshot_metrics(snapshot)} | {"geneva_drive_database_up"}
+    names |= set(LimitCollector.NAMES)
     registry = CollectorRegistry()
     EventMetrics.create(registry)
     for family in registry.collect():

@@ -10,6 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from geneva_drive import instrumentation, prometheus
 
+# Does not use the suite's database (an HTTP server in this process, no database): the SQLite pass runs it once.
+pytestmark = pytest.mark.sqlite_pass
+
 
 def _free_port() -> int:
     with socket.socket() as probe:
@@ -52,11 +55,15 @@ def test_serves_this_process_event_metrics_on_loopback(monkeypatch):
     assert "geneva_drive_workflows" not in families  # database gauges live on the dashboard
 
 
-def test_celery_worker_init_installs_the_metrics(monkeypatch):
+def test_celery_worker_init_installs_the_metrics(monkeypatch, geneva_database):
+    # geneva_database: worker_init refuses to start without a configured database (and this
+    # file runs in the SQLite pass only, where that is the suite's SQLite file).
     from geneva_drive import celery as engine_celery
 
     monkeypatch.delenv("GENEVA_WORKER_METRICS_PORT", raising=False)
     monkeypatch.delenv("GENEVA_WORKFLOW_MODULES", raising=False)
+    # A worker refuses to start without a broker (SPEC §6.6); this one is given one.
+    monkeypatch.setenv("GENEVA_BROKER_URL", "memory://")
     prometheus.uninstall()
     engine_celery._on_worker_init()
     assert prometheus.installed() is not None

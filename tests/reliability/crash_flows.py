@@ -11,10 +11,15 @@ workflow, remembered by a marker file next to the log, so a restarted worker run
 * ``GENEVA_CRASH_HANG_BODY=1`` — ``CrashBodyWorkflow.body`` hangs mid-body.
 * ``GENEVA_CRASH_HANG_FINALIZE=1`` — finalize of ``CrashFinalizeWorkflow.work`` hangs after the
   result is applied, before the commit (holding the workflow lock).
+* ``GENEVA_CRASH_HANG_CHILD_FINALIZE=1`` — finalize of the first ``CrashChildWorkflow.work`` to
+  get there hangs after its end was reported to the parent (holding the parent's row lock),
+  before the commit: a worker killed during the join.
 * ``GENEVA_CRASH_HANG_SEND=1`` — the first commit that queued step messages hangs after the
   commit and before the messages are sent.
 * ``GENEVA_CRASH_HANG_INLINE=1`` — a worker about to run a successor itself (inline successors)
   hangs after the predecessor's commit, before it claims the successor.
+* ``GENEVA_CRASH_HANG_LIMIT=1`` — ``CrashLimitWorkflow.body`` hangs mid-body, holding the one
+  slot of its concurrency limit.
 
 The test SIGKILLs the worker once the ``hang`` line shows up.
 """
@@ -31,8 +36,17 @@ from typing import Any
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
-from geneva_drive import ExceptionPolicy, IterableStep, Workflow, resumable_step, step
+from geneva_drive import (
+    ConcurrencyLimit,
+    ExceptionPolicy,
+    IterableStep,
+    Workflow,
+    resumable_step,
+    step,
+)
 from geneva_drive.instrumentation import inline_successor, step_finalized
+from geneva_drive.models import StepExecution
+from tests.reliability.ledger import write_ledger_row
 
 HANG_SECONDS = 120
 
@@ -126,6 +140,20 @@ class CrashBodyWorkflow(Workflow):
         record(self, "after", "start")
 
 
+class CrashLimitWorkflow(Workflow):
+    """One step, at most one in progress at once in one pool (SPEC §6.2)."""
+
+    may_proceed_without_hero = True
+    concurrency_limit = ConcurrencyLimit("crash-slot", limit=1)
+
+    @step
+    def body(self) -> None:
+        record(self, "body", "start")
+        if os.environ.get("GENEVA_CRASH_HANG_LIMIT") and _first_time(f"limit-{self.id}"):
+            _hang(self.id, "limit")
+        record(self, "body", "end")
+
+
 class CrashFinalizeWorkflow(Workflow):
     may_proceed_without_hero = True
 
@@ -148,6 +176,37 @@ def _hang_in_finalize(sender: Any, **payload: Any) -> None:
     ):
         return
     if _first_time(f"finalize-{payload['workflow_id']}"):
+        _hang(payload["workflow_id"], "finalize")
+
+
+class CrashChildWorkflow(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def work(self) -> None:
+        record(self, "work", "start")
+
+
+class CrashParentWorkflow(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def fan_out(self) -> None:
+        for _ in range(2):
+            self.start_child(CrashChildWorkflow, allow_multiple=True)
+
+    @step(wait_for_children=True)
+    def join(self) -> None:
+        record(self, "join", "start")
+
+
+@step_finalized.connect
+def _hang_in_child_finalize(sender: Any, **payload: Any) -> None:
+    if not os.environ.get("GENEVA_CRASH_HANG_CHILD_FINALIZE"):
+        return
+    if payload.get("workflow_class") != "CrashChildWorkflow":
+        return
+    if _first_time("child-finalize"):
         _hang(payload["workflow_id"], "finalize")
 
 
@@ -205,6 +264,21 @@ def _hang_before_inline_successor(sender: Any, **payload: Any) -> None:
         return
     if _first_time(f"inline-{payload['workflow_id']}"):
         _hang(payload["workflow_id"], f"inline:{payload['execution_id']}")
+
+
+class CrashSuccessorRaisesWorkflow(Workflow):
+    """``two`` raises right after ``one``: whose task does the error belong to?"""
+
+    may_proceed_without_hero = True
+
+    @step
+    def one(self) -> None:
+        record(self, "one", "start")
+
+    @step
+    def two(self) -> None:
+        record(self, "two", "start")
+        raise RuntimeError("the successor's own failure")
 
 
 class CrashManyWorkflow(Workflow):
@@ -303,12 +377,27 @@ def _roll(execution_id: int, salt: str) -> float:
     return random.Random(f"{execution_id}:{salt}").random()
 
 
+#: The soak's steps that write a row of the ledger of committed writes (tests/reliability/
+#: ledger.py) through self.session in every attempt that can succeed.
+SOAK_WRITING_STEPS = ("prepare", "nap", "gate", "finish", "c1", "c2", "c3", "c4", "c5")
+
+
 class SoakWorkflow(Workflow):
     """prepare → nap (0.3 s wait, sometimes a random reattempt wait) → gate (waits for "go")
     → finish. prepare and nap fail 15% of the time; the policy reattempts up to 5 times and
-    then pauses the workflow (an operator resumes it)."""
+    then pauses the workflow (an operator resumes it).
+
+    Every step writes its ledger row through ``self.session`` before it may fail: the row must
+    commit exactly when the execution ends ``completed``/``success``."""
 
     may_proceed_without_hero = True
+
+    def before_step_execution(self, execution: StepExecution) -> None:
+        self._running_execution_id = execution.id
+
+    def _ledger(self, step_name: str) -> None:
+        write_ledger_row(self, step_name, self._running_execution_id)
+
     exception_policies = (
         ExceptionPolicy(
             "reattempt",
@@ -329,6 +418,7 @@ class SoakWorkflow(Workflow):
     @step
     def prepare(self) -> None:
         record(self, "prepare", "start")
+        self._ledger("prepare")
         self._maybe_fail("prepare")
 
     @step(wait=timedelta(seconds=0.3))
@@ -338,15 +428,18 @@ class SoakWorkflow(Workflow):
         if self.id % 4 == 0 and execution is not None and _roll(execution.id, "wait") < 0.5:
             record(self, "nap", "rewait")
             self.reattempt(wait=0.1 + _roll(execution.id, "len") * 0.5)
+        self._ledger("nap")
         self._maybe_fail("nap")
 
     @step(wait_for="go")
     def gate(self) -> None:
         record(self, "gate", "start")
+        self._ledger("gate")
 
     @step
     def finish(self) -> None:
         record(self, "finish", "start")
+        self._ledger("finish")
 
 
 class SoakChainWorkflow(Workflow):
@@ -356,27 +449,34 @@ class SoakChainWorkflow(Workflow):
     may_proceed_without_hero = True
     exception_policies = SoakWorkflow.exception_policies
     _maybe_fail = SoakWorkflow._maybe_fail
+    before_step_execution = SoakWorkflow.before_step_execution
+    _ledger = SoakWorkflow._ledger
 
     @step
     def c1(self) -> None:
         record(self, "c1", "start")
+        self._ledger("c1")
         self._maybe_fail("c1")
 
     @step
     def c2(self) -> None:
         record(self, "c2", "start")
+        self._ledger("c2")
         self._maybe_fail("c2")
 
     @step
     def c3(self) -> None:
         record(self, "c3", "start")
+        self._ledger("c3")
         self._maybe_fail("c3")
 
     @step
     def c4(self) -> None:
         record(self, "c4", "start")
+        self._ledger("c4")
         self._maybe_fail("c4")
 
     @step
     def c5(self) -> None:
         record(self, "c5", "start")
+        self._ledger("c5")

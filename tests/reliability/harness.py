@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.orm import Session
 
@@ -22,6 +22,9 @@ from geneva_drive.models import StepExecution
 from geneva_drive.states import RUNNABLE_WORKFLOW_STATES, StepState
 from geneva_drive.workflow import Workflow
 from tests.engine.helpers import make_order
+from tests.reliability.ledger import WRITES as WRITES  # re-exported for the tests
+from tests.reliability.ledger import WRITES_METADATA as WRITES_METADATA
+from tests.reliability.ledger import write_ledger_row as write_ledger_row
 
 
 def backend() -> str:
@@ -61,6 +64,15 @@ class Ledger:
 
     def count(self, workflow_id: int, step_name: str) -> int:
         return self.runs[(workflow_id, step_name)]
+
+
+def committed_writes(workflow_id: int | None = None) -> int:
+    """Ledger rows committed (of one workflow, or all)."""
+    with session_scope() as session:
+        query = select(func.count()).select_from(WRITES)
+        if workflow_id is not None:
+            query = query.where(WRITES.c.workflow_id == workflow_id)
+        return int(session.scalar(query) or 0)
 
 
 class FileLedger:
@@ -209,13 +221,16 @@ class BodyGate:
         budget: Any = None,
         while_held: Callable[[], None] | None = None,
         keep_errors: bool = False,
+        worker_errors: list[BaseException] | None = None,
     ) -> list[Any]:
         """Run the workflow's current execution in a worker thread, apply the operator actions
         (``("pause",)``, ``("resume_at", "c")``, …) while it is held, then release it and wait
         for the worker's finalize. Returns what each action returned; with ``keep_errors`` an
         action that raises gives its exception in that place instead of failing the test.
         ``budget`` runs the worker with inline successors (engine/inline.py);
-        ``while_held`` checks the rows before the operator acts."""
+        ``while_held`` checks the rows before the operator acts (or cuts the body's database
+        connection); ``worker_errors`` collects what the worker raised (a step's own error,
+        re-raised once its outcome is committed) instead of failing the test."""
         execution_id = current_execution_id(workflow_id)
         assert execution_id is not None, f"workflow {workflow_id} has no execution to run"
         errors: list[BaseException] = []
@@ -244,7 +259,10 @@ class BodyGate:
             self.released.set()
             thread.join(20)
         assert not thread.is_alive(), "the worker did not finish after the release"
-        assert errors == [], errors
+        if worker_errors is not None:
+            worker_errors.extend(errors)
+        else:
+            assert errors == [], errors
         return outcomes
 
 

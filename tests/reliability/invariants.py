@@ -22,6 +22,12 @@ Always (even while workers run):
 And, given the (execution id, time) of each body run a test recorded
 (:func:`check_body_runs`): no body runs for an execution that is no longer in progress.
 
+And, given a ledger of committed writes (:func:`check_writes`: a table with one row per
+attempt that a step body inserted through ``self.session``): a body's writes commit if and only
+if its attempt's outcome commits as success - exactly one row for each execution of a writing
+step that ended ``completed``/``success``, none for any other execution (failed, reattempted,
+canceled, skipped, discarded by an operator, lost to a dead connection, stale).
+
 When ``quiescent=True`` (no worker, dispatcher or operator is running any more, after recovery):
 
 * nothing is ``in_progress`` and no workflow is ``performing``;
@@ -37,7 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, Table, func, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import Session
 
@@ -270,6 +276,72 @@ def assert_body_runs_in_progress(
 ) -> None:
     """Raise AssertionError when a body ran for an execution no longer in progress."""
     violations = check_body_runs(target, runs)
+    assert not violations, "\n".join(violations)
+
+
+#: The (state, outcome) of an execution whose body's writes commit with it (the ledger rule).
+WRITES_COMMIT_WITH = frozenset({(states.StepState.COMPLETED, states.Outcome.SUCCESS)})
+
+
+def check_writes(
+    target: Engine | Connection | Session,
+    ledger: Table,
+    writing_steps: Iterable[str],
+    *,
+    commit_with: frozenset[tuple[str, str]] = WRITES_COMMIT_WITH,
+) -> list[str]:
+    """The ledger rule: every violation of "a body's writes commit iff its outcome does".
+
+    ``ledger`` has an ``execution_id`` column, one row per attempt of the ``writing_steps``
+    (step names whose bodies always write their row before they can succeed). An execution of
+    such a step that ended in ``commit_with`` must have exactly one row (none: the writes were
+    lost; two: doubled); any other execution none (the writes of a failed or discarded attempt
+    committed). Rows of executions that do not exist are reported too.
+    """
+    names = set(writing_steps)
+    connection, own = _connection_of(target)
+    try:
+        rows = dict(
+            connection.execute(
+                select(ledger.c.execution_id, func.count()).group_by(ledger.c.execution_id)
+            ).all()
+        )
+        executions = list(
+            connection.execute(
+                select(_ex.c.id, _ex.c.workflow_id, _ex.c.step_name, _ex.c.state, _ex.c.outcome)
+            )
+        )
+    finally:
+        if own:
+            connection.close()
+    violations: list[str] = []
+    known = set()
+    for ex in executions:
+        known.add(ex.id)
+        if ex.step_name not in names:
+            continue
+        written = rows.get(ex.id, 0)
+        label = f"execution {ex.id} (workflow {ex.workflow_id}, step {ex.step_name!r})"
+        if (ex.state, ex.outcome) in commit_with:
+            if written == 0:
+                violations.append(f"{label}: {ex.state}/{ex.outcome} but its writes were lost")
+            elif written > 1:
+                violations.append(f"{label}: {ex.state}/{ex.outcome} with {written} writes")
+        elif written:
+            violations.append(
+                f"{label}: {ex.state}/{ex.outcome} but {written} of its writes committed"
+            )
+    for execution_id, written in rows.items():
+        if execution_id not in known:
+            violations.append(f"{written} writes of execution {execution_id}, which does not exist")
+    return violations
+
+
+def assert_writes(
+    target: Engine | Connection | Session, ledger: Table, writing_steps: Iterable[str]
+) -> None:
+    """Raise AssertionError listing every violation of the ledger rule."""
+    violations = check_writes(target, ledger, writing_steps)
     assert not violations, "\n".join(violations)
 
 

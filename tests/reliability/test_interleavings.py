@@ -21,6 +21,10 @@ from tests.reliability.harness import (
 )
 from tests.reliability.invariants import assert_invariants
 
+# The wall-time budget is not what these tests are about (tests/conftest.py says why).
+pytestmark = pytest.mark.usefixtures("generous_inline_time_budget")
+
+
 LEDGER = Ledger()
 GATE = BodyGate()
 

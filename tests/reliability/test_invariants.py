@@ -6,7 +6,7 @@ from datetime import timedelta
 from types import SimpleNamespace
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import delete, insert, text
 
 from geneva_drive import Workflow, step
 from geneva_drive.models import utcnow
@@ -17,8 +17,10 @@ from tests.reliability.invariants import (
     assert_invariants,
     check_body_runs,
     check_invariants,
+    check_writes,
     evaluate,
 )
+from tests.reliability.ledger import WRITES, WRITES_METADATA, write_ledger_row
 
 NOW = utcnow()
 
@@ -200,3 +202,52 @@ def test_healthy_database_passes_and_damage_is_found(geneva_session):
     assert not report.ok
     assert any("finished but has current" in v for v in report.violations)
     assert waiting.id is not None
+
+
+class InvariantWritesProbe(Workflow):
+    """``one`` writes its ledger row through self.session; ``two`` fails after writing it."""
+
+    def before_step_execution(self, execution):
+        self._probe_execution_id = execution.id
+
+    @step
+    def one(self):
+        write_ledger_row(self, "one", self._probe_execution_id)
+
+    @step(on_exception="pause")
+    def two(self):
+        write_ledger_row(self, "two", self._probe_execution_id)
+        raise RuntimeError("fails after its write")
+
+
+@pytest.fixture
+def geneva_metadata():
+    return [WRITES_METADATA]
+
+
+def test_the_ledger_rule_passes_on_healthy_writes_and_finds_each_kind_of_damage(geneva_session):
+    order = make_order(geneva_session)
+    workflow = InvariantWritesProbe.create(hero=order)
+    with pytest.raises(RuntimeError, match="fails after its write"):
+        speedrun_workflow(workflow)
+    one, two = workflow.step_executions
+    assert (one.state, two.state) == ("completed", "failed")
+    assert check_writes(geneva_session, WRITES, ["one", "two"]) == []
+
+    def add(execution_id: int) -> None:
+        geneva_session.execute(
+            insert(WRITES).values(workflow_id=workflow.id, step_name="x", execution_id=execution_id)
+        )
+        geneva_session.commit()
+
+    add(one.id)  # doubled
+    add(two.id)  # the writes of a failed attempt committed
+    add(10**6)  # writes of an execution that does not exist
+    violations = check_writes(geneva_session, WRITES, ["one", "two"])
+    assert any(f"execution {one.id}" in v and "with 2 writes" in v for v in violations)
+    assert any(f"execution {two.id}" in v and "1 of its writes committed" in v for v in violations)
+    assert any("execution 1000000, which does not exist" in v for v in violations)
+    geneva_session.execute(delete(WRITES))
+    geneva_session.commit()
+    [lost] = check_writes(geneva_session, WRITES, ["one", "two"])
+    assert f"execution {one.id}" in lost and "writes were lost" in lost

@@ -323,7 +323,9 @@ def test_metrics_token_is_honoured(build):
     # A logged-in dashboard session is not a metrics credential.
     assert login(app.test_client(), "olga").get("/metrics").status_code == 401
     # Without a token configured the endpoint is open, like /healthz.
-    assert build().test_client().get("/metrics").status_code == 200
+    # Without a token it is closed, unless opened explicitly (issue 27).
+    assert build().test_client().get("/metrics").status_code == 401
+    assert build(METRICS_PUBLIC=True).test_client().get("/metrics").status_code == 200
 
 
 # --- secrets in logs ----------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from itsdangerous import URLSafeTimedSerializer
-from sqlalchemy import event, select, text
+from sqlalchemy import select, text
 from werkzeug.security import generate_password_hash
 
 from geneva_drive.dashboard import config as dashboard_config
@@ -28,6 +28,7 @@ from geneva_drive.models import OperatorAction
 from geneva_drive.testing import speedrun_workflow
 from geneva_drive.workflow import Workflow
 from tests.app.conftest import CSRF, DashPayment, app_config, login
+from tests.app.plans import full_scans, page_plans
 from tests.engine.helpers import make_order
 
 
@@ -193,7 +194,11 @@ def test_demo_bypass_refuses_requests_through_a_proxy(build, header):
 
 def test_unknown_and_known_users_cost_the_same(build):
     """The ratio of the medians of the two paths, measured here: an unknown name must cost what
-    a known name with a wrong password costs (within a factor, not an absolute time)."""
+    a known name with a wrong password costs (within a factor, not an absolute time).
+
+    Measured in this thread's CPU time (the test client runs the request in it, hashing
+    included): the work each path does is what tells names apart, and CPU time does not grow
+    when other processes take the cores, as wall time does on a loaded machine."""
     costly = "pbkdf2:sha256:60000"  # ~30 ms: well above the request's own cost
     users = {
         "kim": {"password_hash": generate_password_hash("kim-pw", method=costly), "role": "viewer"}
@@ -205,11 +210,11 @@ def test_unknown_and_known_users_cost_the_same(build):
         session["geneva_drive.csrf"] = CSRF
 
     def attempt(name: str) -> float:
-        started = time.perf_counter()
+        started = time.thread_time()
         response = client.post(
             "/login", data={"username": name, "password": "wrong", "csrf_token": CSRF}
         )
-        elapsed = time.perf_counter() - started
+        elapsed = time.thread_time() - started
         assert response.status_code == 401
         return elapsed
 
@@ -454,58 +459,11 @@ def test_engine_log_lines_escape_outside_text(logs):
 SCANNED = ("geneva_drive_workflows", "geneva_drive_step_executions")
 
 
-def _plans(flask_app, url: str) -> list[tuple[str, str]]:
-    """The plan of every statement a GET of ``url`` runs.
-
-    SQLite is the strict check: its plans name every walk of a whole table or index as
-    ``SCAN``. On PostgreSQL, with a few test rows, the planner picks what is cheapest at that
-    size, so sequential scans are disabled and only a scan that no index can replace remains
-    (a walk of the primary key with a filter is not caught there; bench B8 measures that case
-    at 1,000,000 workflows)."""
-    from geneva_drive.dashboard.extensions import db
-
-    with flask_app.app_context():
-        engine = db.engine
-    if engine.dialect.name in ("mysql", "mariadb"):
-        pytest.skip(
-            "MariaDB's optimizer picks full scans of a few test rows and has no switch like "
-            "PostgreSQL's enable_seqscan; the same statements are checked on SQLite and PostgreSQL"
-        )
-    statements: list[tuple[str, Any]] = []
-
-    def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        if statement.lstrip().upper().startswith("SELECT"):
-            statements.append((statement, parameters))
-
-    event.listen(engine, "before_cursor_execute", capture)
-    try:
-        client = login(flask_app.test_client(), "olga")
-        assert client.get(url, headers={"HX-Request": "true"}).status_code == 200
-    finally:
-        event.remove(engine, "before_cursor_execute", capture)
-    plans = []
-    with engine.connect() as connection:
-        sqlite = engine.dialect.name == "sqlite"
-        if not sqlite:
-            connection.exec_driver_sql("SET enable_seqscan = off")
-        for statement, parameters in statements:
-            explain = "EXPLAIN QUERY PLAN " if sqlite else "EXPLAIN "
-            rows = connection.exec_driver_sql(explain + statement, parameters).fetchall()
-            plan = "\n".join(str(row[-1]) if sqlite else str(row[0]) for row in rows)
-            plans.append((statement, plan))
-        connection.rollback()
-    return plans
+_plans = page_plans
 
 
 def _full_scans(plan: str) -> list[str]:
-    found = []
-    for line in plan.splitlines():
-        for table in SCANNED:
-            # SQLite: "SCAN <table>" (a walk of the whole table or of a whole index);
-            # PostgreSQL: "Seq Scan on <table>" even with sequential scans disabled.
-            if f"SCAN {table}" in line or f"Seq Scan on {table}" in line:
-                found.append(line.strip())
-    return found
+    return full_scans(plan, SCANNED)
 
 
 @pytest.mark.parametrize(
@@ -516,6 +474,7 @@ def _full_scans(plan: str) -> list[str]:
         "due=overdue",
         "due=waiting",
         "due=stuck",
+        "due=timed_out",
         # The filters that were index-served already, kept so by this test:
         "state=paused",
         "class=DashPayment",
@@ -622,7 +581,9 @@ def test_slow_header_connections_are_closed(served):
         sock = socket.create_connection(("127.0.0.1", served.server_port), timeout=10)
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
         sockets.append(sock)
-    deadline = time.monotonic() + 15
+    # The server closes them 1-2 s in (header_timeout, request_timeout); the loop stops as
+    # soon as it has, and the bound is only how long a loaded machine may take to get there.
+    deadline = time.monotonic() + 60
     open_ = list(sockets)
     while open_ and time.monotonic() < deadline:
         for sock in list(open_):
@@ -638,7 +599,7 @@ def test_slow_header_connections_are_closed(served):
         time.sleep(0.3)
     for sock in sockets:
         sock.close()
-    assert not open_, f"{len(open_)} slow-header connections still open after 15 s"
+    assert not open_, f"{len(open_)} slow-header connections still open after 60 s"
     # The server still answers a normal request.
     with urllib.request.urlopen(f"http://127.0.0.1:{served.server_port}/healthz", timeout=10) as r:
         assert r.status == 200

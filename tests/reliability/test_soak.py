@@ -21,15 +21,21 @@ import pytest
 from sqlalchemy import func, select
 from sqlalchemy.exc import OperationalError
 
-from geneva_drive import db, housekeeping
+from geneva_drive import db, health, housekeeping
 from geneva_drive.config import settings
 from geneva_drive.errors import EngineError
 from geneva_drive.models import Signal, StepExecution
 from geneva_drive.transport import NullTransport
 from geneva_drive.workflow import Workflow
 from tests.integration.conftest import BIN, Process, SharedDatabase, process_env
-from tests.reliability.crash_flows import Ledger, SoakChainWorkflow, SoakWorkflow
-from tests.reliability.invariants import check_invariants
+from tests.reliability.crash_flows import (
+    SOAK_WRITING_STEPS,
+    Ledger,
+    SoakChainWorkflow,
+    SoakWorkflow,
+)
+from tests.reliability.invariants import check_invariants, check_writes
+from tests.reliability.ledger import WRITES, WRITES_METADATA
 
 pytestmark = pytest.mark.integration
 
@@ -67,6 +73,8 @@ class Figures:
     deadlocks_retried: int = 0
     recovered_by_housekeeping: int = 0
     inline_hand_offs: int = 0
+    #: rows step bodies wrote through self.session that committed (the ledger of writes)
+    committed_writes: int = 0
     anomalies: list[str] = field(default_factory=list)
 
     @property
@@ -90,6 +98,7 @@ class Figures:
             f"{self.random_waits} random waits); {self.signals} signals; "
             f"{self.inline_hand_offs} steps run inline after their predecessor; "
             f"{self.recovered_by_housekeeping} executions recovered by housekeeping; "
+            f"{self.committed_writes} step writes committed; "
             f"anomalies: {len(self.anomalies)}"
         )
 
@@ -200,8 +209,22 @@ def _housekeep(figures: Figures) -> None:
     figures.recovered_by_housekeeping += (
         report.stuck_in_progress_recovered + report.stuck_scheduled_recovered
     )
+    _doctor(figures)
 
 
+def _doctor(figures: Figures) -> None:
+    """``geneva-drive doctor``'s rules (SPEC §6.4) find nothing on a healthy soak, while
+    workers are killed and operators act as well as after settling."""
+    with db.new_session() as session:
+        for finding in health.unexplained(session):
+            figures.anomalies.append(
+                f"doctor: {finding.workflow_class} #{finding.workflow_id} [{finding.rule}]"
+            )
+
+
+# The injection phase is GENEVA_SOAK_SECONDS long (150 s for a recorded run): the default time
+# limit plus three times that phase, for the settling and the checks on a loaded machine.
+@pytest.mark.timeout(300 + 3 * SECONDS)
 def test_soak(
     shared_database: SharedDatabase,
     short_horizon: None,
@@ -211,6 +234,7 @@ def test_soak(
     tmp_path: Path,
 ) -> None:
     use_transport(NullTransport())  # the embedded workers poll the table
+    WRITES_METADATA.create_all(shared_database.engine)  # the ledger of committed writes
     settings.stuck_in_progress_threshold = 5  # steps take milliseconds; a killed one is found fast
     settings.stuck_scheduled_threshold = 3600  # pollers never lose a row; nothing to recover
     settings.delete_completed_workflows_after = None  # keep every row for the checks
@@ -298,6 +322,7 @@ def test_soak(
         )
         figures.executions = session.scalar(select(func.count()).select_from(StepExecution)) or 0
         signals = session.scalar(select(func.count()).select_from(Signal)) or 0
+        figures.committed_writes = session.scalar(select(func.count()).select_from(WRITES)) or 0
     figures.workflows = sum(states.values())
     figures.finished = states.get("finished", 0)
     figures.canceled = states.get("canceled", 0)
@@ -307,6 +332,10 @@ def test_soak(
     figures.inline_hand_offs = sum(1 for line in ledger.lines if line[2] == "handoff")
     report = check_invariants(shared_database.engine, quiescent=True)
     figures.anomalies.extend(report.violations)
+    _doctor(figures)
+    # The ledger rule: a body's writes commit iff its execution succeeded (none lost, none
+    # doubled, none of a failed, discarded or killed attempt).
+    figures.anomalies.extend(check_writes(shared_database.engine, WRITES, SOAK_WRITING_STEPS))
     twice = {x: n for x, n in ledger.runs_per_execution("start").items() if n > 1}
     figures.anomalies.extend(f"execution {x} ran its body {n} times" for x, n in twice.items())
     leftover = {k: v for k, v in states.items() if k not in ("finished", "canceled")}
@@ -346,7 +375,9 @@ def _record(figures: Figures) -> None:
             "as inline successors (killed mid-chain too). Then it "
             "settles (resumes what is paused, signals what waits), stops the workers and runs "
             "the invariant checker (tests/reliability/invariants.py) plus the body-run ledger "
-            "(no execution row ran its body twice).\n\n"
+            "(no execution row ran its body twice) and the ledger of committed writes (each "
+            "step writes a row through self.session; exactly the successful executions have "
+            "one).\n\n"
         )
     lines = text.split("\n")
     start = lines.index(header)

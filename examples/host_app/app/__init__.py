@@ -33,7 +33,10 @@ def make_celery(app: Flask) -> Celery:
 def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     app = Flask(__name__)
     app.config.update(
-        SECRET_KEY=os.environ.get("SHOP_SECRET_KEY", "shop-dev-secret"),
+        # From the environment, never a default in the code: a key in a repository is public,
+        # and GenevaDrive refuses to mount on a missing, short or published key (make one with
+        # python -c 'import secrets; print(secrets.token_urlsafe(32))').
+        SECRET_KEY=os.environ.get("SHOP_SECRET_KEY"),
         SQLALCHEMY_DATABASE_URI=os.environ.get("SHOP_DATABASE_URL", "sqlite:///shop.sqlite3"),
         CELERY_BROKER_URL=os.environ.get("SHOP_BROKER_URL", "redis://127.0.0.1:6379/0"),
         # GenevaDrive reads GENEVA_* keys from the host's config (the environment as fallback).

@@ -10,7 +10,7 @@ from flask_login import current_user, login_required, login_user, logout_user
 from app import db
 from app.models import Order, OrderLine, User
 from app.workflows import OrderWorkflow
-from geneva_drive.errors import WorkflowNotOngoing
+from geneva_drive.errors import WorkflowNotOngoingError
 
 bp = Blueprint("shop", __name__)
 
@@ -78,7 +78,7 @@ def payment_webhook() -> Any:
             payload={"amount_cents": int(event["amount_cents"])},
             idempotency_key=str(event["event_id"]),
         )
-    except WorkflowNotOngoing:
+    except WorkflowNotOngoingError:
         return jsonify({"status": "ignored"}), 200
     db.session.commit()
     return jsonify({"signal": signal.state}), 202

@@ -4,6 +4,8 @@ and ``flask_config()`` points the shop's Flask-SQLAlchemy at it."""
 
 from __future__ import annotations
 
+import secrets
+
 import pytest
 from app.models import User
 
@@ -17,7 +19,9 @@ def geneva_metadata():
 
 @pytest.fixture
 def shop(geneva_database):
-    app = create_app({"TESTING": True, **geneva_database.flask_config()})
+    app = create_app(
+        {"TESTING": True, "SECRET_KEY": secrets.token_urlsafe(32), **geneva_database.flask_config()}
+    )
     with app.app_context():
         for name, role in (("alice", "operator"), ("bob", None)):
             user = User(name=name, geneva_drive_role=role)

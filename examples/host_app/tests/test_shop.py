@@ -53,3 +53,39 @@ def test_the_dashboard_is_mounted_behind_the_shops_login(shop, geneva_session):
 
     with shop.app_context():
         assert db.session.get(OrderWorkflow, created["workflow_id"]) is not None
+
+
+def test_health_under_the_prefix_and_a_stranded_step_in_the_metrics(shop, geneva_session):
+    from prometheus_client import REGISTRY
+    from sqlalchemy import update
+
+    from geneva_drive.errors import StepNotDefinedError
+    from geneva_drive.models import StepExecution
+
+    # The manual's <prefix>/healthz, for the host's load balancer: no login needed.
+    health = shop.test_client().get("/admin/workflows/healthz")
+    assert health.status_code == 200
+    assert health.get_json() == {"status": "ok", "database": "ok"}
+
+    # A deploy renamed a step while an order was scheduled on it: the run pauses the workflow
+    # (stranded), and step_executions_total counts it with an outcome of its own.
+    client = shop.test_client()
+    sign_in(client, "alice")
+    created = client.post("/orders").get_json()
+    workflow = geneva_session.get(OrderWorkflow, created["workflow_id"])
+    geneva_session.execute(
+        update(StepExecution)
+        .where(StepExecution.workflow_id == workflow.id, StepExecution.state == "scheduled")
+        .values(step_name="reserve_stock")
+    )
+    geneva_session.commit()
+    labels = {"workflow": "OrderWorkflow", "step": "reserve_stock", "outcome": "step_not_defined"}
+    before = REGISTRY.get_sample_value("geneva_drive_step_executions_total", labels) or 0.0
+    try:
+        perform_next_step(workflow)
+    except StepNotDefinedError:
+        pass  # the executor raises it to its caller; the workflow is paused either way
+    after = REGISTRY.get_sample_value("geneva_drive_step_executions_total", labels)
+    assert after == before + 1
+    stranded = client.get("/admin/workflows/stranded")
+    assert "reserve_stock" in stranded.text

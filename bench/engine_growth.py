@@ -1,0 +1,516 @@
+"""Issue 26: what the dashboard, the gauges, housekeeping and the dispatch claim cost as
+history grows behind a live set of fixed size.
+
+Seeds a fresh PostgreSQL database with ``--workflows`` workflows (seven executions and one
+signal each) by bulk ``INSERT … SELECT generate_series``, building the secondary indexes after
+the rows: ``--live`` of them ongoing or paused (a mix of ready, scheduled, overdue, parked at a
+signal, in progress, stuck and paused after a failure), the rest history that ended at
+``--per-day`` workflows a day (finished, canceled, a failed attempt in every tenth). Then:
+
+- prints ``EXPLAIN (ANALYZE, BUFFERS)`` for each statement issue 26 named (the failures
+  window, the signal inbox, the Definitions drain count, ``?due=stuck``, housekeeping's cleanup
+  candidates with nothing to delete, the dispatch claim deep into the due backlog, the counts);
+- times each dashboard page server-side (Flask's test client, median of ``--repeats``), an
+  uncached ``/metrics`` snapshot and a housekeeping pass with nothing to do;
+- checks that the counts the overview shows equal an exact SQL count.
+
+    .venv/bin/python -m bench.engine_growth --workflows 10000
+    .venv/bin/python -m bench.engine_growth --workflows 1000000 --keep --json /tmp/g1m.json
+    .venv/bin/python -m bench.engine_growth --workflows 1000000 --reuse   # measure again
+
+``--database`` names the database it drops and creates (default ``geneva_growth``) on
+``--server`` (default the shared test server); ``--reuse`` measures the one a ``--keep`` run
+left. ``--without-0007`` drops migration 0007's indexes after seeding: the plans and times
+before issue 26. Disk: about 3 KB per workflow (10M: about 30 GB). Results are printed as text
+and, with ``--json``, written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import create_engine, text
+
+from bench.common import RECOUNT_SQL
+
+SERVER = "postgresql+psycopg://postgres@127.0.0.1:5432"
+EXECUTIONS_PER_WORKFLOW = 7
+INDEXES_0007 = (
+    "index_geneva_drive_step_executions_due",
+    "index_geneva_drive_step_executions_failed_at",
+    "index_geneva_drive_signals_pending",
+    "index_geneva_drive_workflows_terminal_transitioned",
+)
+
+# One workflow class of the dashboard's test suite stands for every class: the pages read the
+# same tables whatever the class. Its steps are authorize, legacy_capture (removed), charge,
+# confirm (a signal wait) and ship.
+WORKFLOW_CLASS = "GrowthPayment"
+
+# History and the live set are seeded apart, as a deployment has them: the live set (ongoing
+# and paused workflows, ``--live``) is what the dashboard, the gauges and the dispatcher act on,
+# and stays the same size however much history piles up behind it; history (``--workflows``
+# minus the live set) ended at ``--per-day`` workflows a day, the newest two minutes ago, so
+# the last day always holds one day of activity and the oldest is ``history / per-day`` days old.
+#
+# History, by ``id % 100``: 0-94 finished, 95-99 canceled; every tenth failed once at charge (an
+# attempt, then the step succeeded on its reattempt). The live set, by ``(id - history) % 15``:
+# 0-3 paused after a failure at charge, 4-8 ready with a scheduled execution (one in fifty of
+# them overdue by minutes), 9-11 parked at confirm (a signal wait), 12-13 in progress, 14 in
+# progress and stuck (started two hours ago).
+SEED = [
+    """
+    INSERT INTO geneva_drive_workflows (id, type, hero_type, hero_id, state, current_step_name,
+        next_step_name, allow_multiple, started_at, transitioned_at, created_at, updated_at)
+    SELECT g, :cls, 'Order', g::text,
+        CASE WHEN g <= :h AND g % 100 < 95 THEN 'finished' WHEN g <= :h THEN 'canceled'
+             WHEN (g - :h) % 15 < 4 THEN 'paused' WHEN (g - :h) % 15 < 12 THEN 'ready'
+             ELSE 'performing' END,
+        CASE WHEN g > :h AND (g - :h) % 15 >= 12 THEN 'charge' END,
+        CASE WHEN g <= :h THEN NULL WHEN (g - :h) % 15 < 4 THEN 'charge'
+             WHEN (g - :h) % 15 < 9 THEN 'ship' WHEN (g - :h) % 15 < 12 THEN 'confirm'
+             ELSE 'ship' END,
+        true,
+        t.ended - interval '10 minutes', t.ended, t.ended - interval '10 minutes', t.ended
+    FROM generate_series(1, :n) AS g,
+        LATERAL (SELECT CASE WHEN g <= :h
+            THEN now() - interval '2 minutes' - make_interval(secs => (:h - g) * 86400.0 / :per_day)
+            ELSE now() - make_interval(secs => (:n - g) * 3600.0 / GREATEST(:n - :h, 1)) END
+            AS ended) AS t
+    """,
+    # Seven executions per workflow: the first six are history (a failed attempt at charge for
+    # every tenth), the seventh is the workflow's last one (history) or its current one (live).
+    """
+    INSERT INTO geneva_drive_step_executions (workflow_id, step_name, state, outcome,
+        scheduled_for, started_at, completed_at, failed_at, finished_at, error_class_name,
+        error_message, created_at, updated_at, sent_at, waiting_since)
+    SELECT w,
+        (ARRAY['authorize','legacy_capture','charge','charge','confirm','ship','ship'])[k],
+        x.state, NULL,
+        x.at, CASE WHEN x.state NOT IN ('scheduled', 'waiting') THEN x.at - interval '200 ms' END,
+        NULL,
+        CASE WHEN x.state = 'failed' THEN x.at END,
+        CASE WHEN x.state IN ('completed', 'failed', 'canceled') THEN x.at END,
+        CASE WHEN x.state = 'failed' THEN 'builtins.RuntimeError' END,
+        CASE WHEN x.state = 'failed' THEN 'card declined' END,
+        x.at, x.at,
+        CASE WHEN x.state = 'scheduled' THEN now() END,
+        CASE WHEN x.state = 'waiting' THEN x.at END
+    FROM generate_series(1, :n) AS w, generate_series(1, 7) AS k,
+        LATERAL (SELECT
+            CASE
+                WHEN k = 3 AND w % 10 = 0 THEN 'failed'
+                WHEN k < 7 OR (w <= :h AND w % 100 < 95) THEN 'completed'
+                WHEN w <= :h THEN 'canceled'
+                WHEN (w - :h) % 15 < 4 THEN 'failed'
+                WHEN (w - :h) % 15 < 9 THEN 'scheduled'
+                WHEN (w - :h) % 15 < 12 THEN 'waiting'
+                ELSE 'in_progress' END AS state,
+            CASE
+                WHEN w <= :h THEN now() - interval '2 minutes'
+                    - make_interval(secs => (:h - w) * 86400.0 / :per_day + (7 - k) * 60)
+                WHEN k < 7 THEN now() - make_interval(secs => (:n - w) * 3600.0
+                    / GREATEST(:n - :h, 1) + (7 - k) * 5)
+                WHEN (w - :h) % 15 BETWEEN 4 AND 8 AND w % 50 = 0
+                    THEN now() - make_interval(mins => 3 + w % 7)
+                WHEN (w - :h) % 15 BETWEEN 4 AND 8 THEN now() + make_interval(secs => w % 3600)
+                WHEN (w - :h) % 15 = 14 THEN now() - interval '2 hours'
+                ELSE now() - make_interval(secs => (:n - w) % 600) END AS at) AS x
+    """,
+    # One signal per workflow: consumed, but pending for the paused and one in five ready ones.
+    """
+    INSERT INTO geneva_drive_signals (workflow_id, name, state, claimed, consumed, created_at,
+        updated_at)
+    SELECT g, 'confirm',
+        CASE WHEN g > :h AND ((g - :h) % 15 < 4 OR ((g - :h) % 15 < 9 AND g % 5 = 0))
+             THEN 'pending' ELSE 'consumed' END,
+        0, 0, w.created_at, w.created_at
+    FROM generate_series(1, :n) AS g JOIN geneva_drive_workflows AS w ON w.id = g
+    """,
+    "SELECT setval(pg_get_serial_sequence('geneva_drive_workflows', 'id'), :n)",
+]
+
+#: The tables the seed fills; their secondary indexes are built after the rows (much faster).
+SEEDED_TABLES = ("geneva_drive_workflows", "geneva_drive_step_executions", "geneva_drive_signals")
+
+
+def _workflow_class() -> Any:
+    from geneva_drive import Workflow, removed_step, step
+
+    class GrowthPayment(Workflow):
+        workflow_name = WORKFLOW_CLASS
+        may_proceed_without_hero = True
+
+        @step
+        def authorize(self) -> None:
+            pass
+
+        legacy_capture = removed_step()
+
+        @step
+        def charge(self) -> None:
+            pass
+
+        @step(wait_for="confirm")
+        def confirm(self) -> None:
+            pass
+
+        @step
+        def ship(self) -> None:
+            pass
+
+    return GrowthPayment
+
+
+def seed(url: str, workflows: int, live: int, per_day: int) -> float:
+    from geneva_drive.models import Base
+
+    engine = create_engine(url)
+    started = time.perf_counter()
+    Base.metadata.create_all(engine)
+    values = {"n": workflows, "h": workflows - live, "per_day": per_day, "cls": WORKFLOW_CLASS}
+    with engine.begin() as connection:
+        indexes = connection.execute(
+            text(
+                "SELECT i.indexname, i.indexdef FROM pg_indexes i WHERE i.tablename = ANY(:t)"
+                " AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conname = i.indexname)"
+            ),
+            {"t": list(SEEDED_TABLES)},
+        ).all()
+        for name, _definition in indexes:
+            connection.exec_driver_sql(f'DROP INDEX "{name}"')
+        for statement in SEED:
+            connection.execute(text(statement), values)
+        connection.execute(text(RECOUNT_SQL))
+    # Built after the rows, one by one in autocommit, with room to sort in memory.
+    with engine.connect() as connection:
+        connection = connection.execution_options(isolation_level="AUTOCOMMIT")
+        connection.exec_driver_sql("SET maintenance_work_mem = '1GB'")
+        for _name, definition in indexes:
+            connection.exec_driver_sql(definition)
+        connection.exec_driver_sql("VACUUM ANALYZE")
+    engine.dispose()
+    return time.perf_counter() - started
+
+
+def statements(session: Any, cls: Any, cutoff: datetime) -> dict[str, tuple[str, Any]]:
+    """The statements issue 26 named, as the code builds them now (compiled with values)."""
+    from sqlalchemy import func, select
+
+    from geneva_drive.dashboard import queries
+    from geneva_drive.dispatch import _due_query
+    from geneva_drive.housekeeping import _old, _past, _rows_of_workflow, _workflows
+    from geneva_drive.models import StepExecution, utcnow
+    from geneva_drive.states import StepState
+    from geneva_drive.workflow import Workflow
+
+    now = utcnow()
+    since = now - timedelta(hours=1)
+    burst = session.execute(
+        select(StepExecution.scheduled_for, StepExecution.id)
+        .where(StepExecution.state == StepState.SCHEDULED)
+        .order_by(StepExecution.scheduled_for, StepExecution.id)
+        .offset(session.scalar(select(func.count()).where(StepExecution.state == "scheduled")) // 2)
+        .limit(1)
+    ).one_or_none()
+    found = {
+        "failures_1h": select(Workflow.type, StepExecution.step_name, func.count())
+        .join(Workflow, Workflow.id == StepExecution.workflow_id)
+        .where(StepExecution.state == StepState.FAILED, StepExecution.failed_at >= since)
+        .group_by(Workflow.type, StepExecution.step_name),
+        "signal_inbox": select(queries.Signal)
+        .where(queries.Signal.state == "pending")
+        .order_by(queries.Signal.created_at, queries.Signal.id)
+        .limit(100),
+        "definitions_drain": None,
+        "due_stuck_page": queries.filtered_workflows(queries.WorkflowFilters(due="stuck"))
+        .order_by(Workflow.id.desc())
+        .limit(51),
+        "cleanup_candidates": select(
+            _workflows.c.id, _workflows.c.transitioned_at, _rows_of_workflow()
+        )
+        .where(_past(None), _old(cutoff))
+        .order_by(_workflows.c.transitioned_at, _workflows.c.id)
+        .limit(1000),
+        "dispatch_claim_mid_burst": _due_query(
+            now + timedelta(days=1), 500, session, tuple(burst) if burst else None
+        ),
+    }
+    # Before issue 26, for comparison: cleanup's candidates in id order from id 0, and the
+    # Definitions count from every execution of ongoing workflows (the engine's gem count).
+    found["cleanup_candidates_before_26"] = (
+        select(_workflows.c.id, _rows_of_workflow())
+        .where(
+            _workflows.c.id > 0,
+            _workflows.c.state.in_(["finished", "canceled"]),
+            _workflows.c.transitioned_at < cutoff,
+        )
+        .order_by(_workflows.c.id)
+        .limit(1000)
+    )
+    # Workflows per (class, state), as the overview and /metrics read them: the counts table
+    # (migration 0010) against the grouped scan of every workflow they ran before it.
+    from geneva_drive.models import WorkflowCount
+
+    found["workflow_counts"] = select(
+        WorkflowCount.type, WorkflowCount.state, func.sum(WorkflowCount.count)
+    ).group_by(WorkflowCount.type, WorkflowCount.state)
+    found["workflow_counts_before_0010"] = select(
+        Workflow.type, Workflow.state, func.count()
+    ).group_by(Workflow.type, Workflow.state)
+    captured: list[tuple[str, Any]] = []
+    from sqlalchemy import event
+
+    engine = session.get_bind()
+
+    def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        captured.append((statement, parameters))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        queries.removed_steps_current(session, cls)
+        found["definitions_drain"] = captured[-1]
+        cls.removed_steps_in_flight(session)
+        found["definitions_drain_before_26"] = captured[-1]
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    compiled = {}
+    for name, statement in found.items():
+        if isinstance(statement, tuple):
+            compiled[name] = statement
+        else:
+            literal = statement.compile(
+                dialect=engine.dialect, compile_kwargs={"literal_binds": True}
+            )
+            compiled[name] = (str(literal), None)
+    return compiled
+
+
+def explain(url: str, compiled: dict[str, tuple[str, Any]]) -> dict[str, dict[str, Any]]:
+    engine = create_engine(url)
+    out = {}
+    with engine.connect() as connection:
+        for name, (sql, parameters) in compiled.items():
+            rows = connection.exec_driver_sql(
+                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, parameters
+            ).scalar_one()
+            plan = rows[0]
+            text_plan = connection.exec_driver_sql(
+                "EXPLAIN (ANALYZE, BUFFERS) " + sql, parameters
+            ).fetchall()
+            out[name] = {
+                "ms": round(plan["Execution Time"], 3),
+                "buffers": plan["Plan"].get("Shared Hit Blocks", 0)
+                + plan["Plan"].get("Shared Read Blocks", 0),
+                "plan": "\n".join(row[0] for row in text_plan),
+            }
+            connection.rollback()
+    engine.dispose()
+    return out
+
+
+def time_pages(url: str, repeats: int, newest: int) -> dict[str, float]:
+    from geneva_drive.dashboard import create_app
+
+    app = create_app(
+        {
+            "TESTING": True,
+            "SECRET_KEY": "bench",
+            "SQLALCHEMY_DATABASE_URI": url,
+            "USERS": {"olga": {"role": "operator", "password_hash": "unused"}},
+            "COUNTS_CACHE_SECONDS": 0,
+        }
+    )
+    from geneva_drive.dashboard.auth import password_fingerprint
+
+    client = app.test_client()
+    with app.app_context():
+        fingerprint = password_fingerprint("olga")
+    with client.session_transaction() as session:
+        session["geneva_drive.user"] = "olga"
+        session["geneva_drive.iat"] = int(time.time())
+        session["geneva_drive.gen"] = 0
+        # The session names the password hash it was made under (the security rounds' check).
+        session["geneva_drive.pwd"] = fingerprint
+        session["geneva_drive.csrf"] = "x"
+    pages = {
+        "/": "/",
+        "/workflows": "/workflows",
+        "/workflows?due=stuck": "/workflows?due=stuck",
+        "/failures?window=1h": "/failures?window=1h",
+        "/failures?window=7d": "/failures?window=7d",
+        "/signals": "/signals",
+        "/definitions": "/definitions",
+        "/definitions/<class>": f"/definitions/{WORKFLOW_CLASS}",
+        "/workflows?due=overdue": "/workflows?due=overdue",
+        "/workflows?state=ready": "/workflows?state=ready",
+        "/workflows/<live id>": f"/workflows/{newest}",
+        "/stranded": "/stranded",
+        "/unexplained": "/unexplained",
+        "/limits": "/limits",
+        "/audit": "/audit",
+    }
+    times = {}
+    for name, path in pages.items():
+        samples = []
+        for _ in range(repeats):
+            started = time.perf_counter()
+            response = client.get(path, headers={"HX-Request": "true"})
+            samples.append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200, (path, response.status_code)
+        times[name] = round(statistics.median(samples), 2)
+    return times
+
+
+def time_housekeeping(repeats: int, cutoff: datetime) -> float:
+    from geneva_drive import housekeeping
+    from geneva_drive.housekeeping import HousekeepingReport
+
+    samples = []
+    for _ in range(repeats):
+        report = HousekeepingReport()
+        started = time.perf_counter()
+        # Nothing to delete: ``cutoff`` lies before the oldest seeded history (a deployment
+        # whose last pass took the old ones).
+        housekeeping.cleanup(cutoff, report)
+        samples.append((time.perf_counter() - started) * 1000)
+        assert report.workflows_cleaned_up == 0
+    return round(statistics.median(samples), 2)
+
+
+def time_metrics(url: str, repeats: int) -> float:
+    """An uncached ``/metrics`` snapshot (every database gauge's statements), median ms."""
+    from geneva_drive import db, metrics
+
+    samples = []
+    for _ in range(repeats):
+        session = db.new_session()
+        try:
+            started = time.perf_counter()
+            metrics.get_snapshot(session, max_age=0)
+            samples.append((time.perf_counter() - started) * 1000)
+        finally:
+            session.rollback()
+            session.close()
+    return round(statistics.median(samples), 2)
+
+
+def counts_equal_sql(url: str) -> bool:
+    """The counts the overview shows equal an exact grouped count of the workflows."""
+    from sqlalchemy import func, select
+
+    from geneva_drive import counts, db
+    from geneva_drive.workflow import Workflow
+
+    session = db.new_session()
+    try:
+        shown = {key: n for key, n in counts.read(session).items() if n}
+        exact = {
+            (t, state): int(n)
+            for t, state, n in session.execute(
+                select(Workflow.type, Workflow.state, func.count()).group_by(
+                    Workflow.type, Workflow.state
+                )
+            )
+        }
+        return shown == exact
+    finally:
+        session.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--workflows", type=int, default=10_000)
+    parser.add_argument(
+        "--live", type=int, default=10_000, help="ongoing and paused workflows (at most all)"
+    )
+    parser.add_argument(
+        "--per-day", type=int, default=100_000, help="history: workflows ended per day"
+    )
+    parser.add_argument("--server", default=SERVER)
+    parser.add_argument("--database", default="geneva_growth")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--without-0007", action="store_true", dest="without")
+    parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="measure the database a --keep run left (same --workflows/--live/--per-day)",
+    )
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    live = min(args.live, args.workflows)
+
+    admin = create_engine(f"{args.server}/postgres", isolation_level="AUTOCOMMIT")
+    if not args.reuse:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)')
+            connection.exec_driver_sql(f'CREATE DATABASE "{args.database}"')
+    url = f"{args.server}/{args.database}"
+    result: dict[str, Any] = {
+        "workflows": args.workflows,
+        "live": live,
+        "per_day": args.per_day,
+        "without_0007": args.without,
+        "started": datetime.now(UTC).isoformat(timespec="seconds"),
+        "load_before": [round(x, 2) for x in os.getloadavg()],
+    }
+    try:
+        if not args.reuse:
+            result["seed_s"] = round(seed(url, args.workflows, live, args.per_day), 1)
+        if args.without:
+            engine = create_engine(url)
+            with engine.begin() as connection:
+                for name in INDEXES_0007:
+                    connection.exec_driver_sql(f"DROP INDEX IF EXISTS {name}")
+            engine.dispose()
+
+        from geneva_drive import db
+        from geneva_drive.config import settings
+        from geneva_drive.models import utcnow
+
+        db.configure(url)
+        history_days = (args.workflows - live) / args.per_day
+        cutoff = utcnow() - timedelta(days=history_days + 1)
+        settings.delete_completed_workflows_after = utcnow() - cutoff
+        cls = _workflow_class()
+        session = db.new_session()
+        try:
+            compiled = statements(session, cls, cutoff)
+        finally:
+            session.close()
+        result["statements"] = explain(url, compiled)
+        result["pages_ms"] = time_pages(url, args.repeats, args.workflows)
+        result["metrics_uncached_ms"] = time_metrics(url, args.repeats)
+        result["housekeeping_nothing_to_do_ms"] = time_housekeeping(args.repeats, cutoff)
+        result["counts_equal_sql"] = counts_equal_sql(url)
+        result["load_after"] = [round(x, 2) for x in os.getloadavg()]
+    finally:
+        if not args.keep:
+            with admin.connect() as connection:
+                connection.exec_driver_sql(
+                    f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)'
+                )
+        admin.dispose()
+    for name, found in result.get("statements", {}).items():
+        print(f"--- {name}: {found['ms']} ms, {found['buffers']} buffers\n{found['plan']}\n")
+    print(json.dumps({k: v for k, v in result.items() if k != "statements"}, indent=2))
+    print(
+        json.dumps(
+            {k: (v["ms"], v["buffers"]) for k, v in result.get("statements", {}).items()},
+            indent=2,
+        )
+    )
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(result, handle, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,305 @@
+"""Workflows per (class, state), kept as rows instead of counted from the history (SPEC §6.5).
+
+The overview and ``/metrics`` show how many workflows of each class are in each state. Counting
+``geneva_drive_workflows`` costs what the history kept costs (2 s at 1M workflows on
+PostgreSQL, issue 26); ``geneva_drive_workflow_counts`` holds the same numbers and grows with
+the number of (class, state) pairs only.
+
+Every write of a workflow row goes through one of three places, and each tells this module
+what it changed:
+
+* :func:`geneva_drive.persistence.flush` and :func:`~geneva_drive.persistence.insert_new`, the
+  Core writes of the executor, the scheduler and ``Workflow.create`` (the state columns
+  themselves come from :mod:`geneva_drive.transitions`, the one state writer);
+* the ORM's own flush (operator actions, tests, host code): the ``before_flush`` listener below
+  reads the old state from the attribute history;
+* bulk deletes by Core (housekeeping's cleanup, the archive): :func:`forget_workflows` before
+  the ``DELETE``.
+
+The changes are collected per session and added to the counts when the transaction commits
+(``before_commit``), after its last flush: a transaction takes its count-row locks last and
+holds them only for its commit, so counting adds no lock-order cycle to the engine's (workflow,
+then execution) order. A savepoint that rolls back drops its own changes, as its rows go
+(the same bookkeeping as the message queue in :mod:`geneva_drive.transport`).
+
+A step moves its workflow ``ready`` → ``performing`` when claimed and back when finalized; the
+table keeps both under one row, ``ongoing`` (:data:`ONGOING`), so those two transitions change
+no count and cost no statement (counting them cost 2 upserts per step, one per transaction,
+issue 33's budget). :func:`read` splits ``ongoing`` again: ``performing`` is counted from the
+workflows through ``(state, id)``, which costs what the workflows being performed right now
+cost (a few per worker), and ``ready`` is the rest.
+
+Sharding: a transaction adds its changes to one of :data:`SHARDS` rows per (class, state),
+picked at random, so two workers moving workflows of one class from ``ready`` to
+``performing`` rarely queue on the same row lock. A (class, state) count is the sum of its
+shards; a single shard may be negative.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, event, func, literal, select, union_all
+from sqlalchemy.orm import InstanceState, Session
+from sqlalchemy.orm.base import NO_VALUE
+
+from geneva_drive.compiled import Compiled
+from geneva_drive.dialects import Dialect, dialect_for
+from geneva_drive.models import Base
+
+#: Rows per (class, state). A transaction writes one of them; more shards, fewer lock waits
+#: between concurrent transitions, more rows to sum when reading (a few hundred in all).
+SHARDS = 8
+
+WORKFLOWS_TABLE = "geneva_drive_workflows"
+_COUNTS = Base.metadata.tables["geneva_drive_workflow_counts"]
+_PENDING_KEY = "geneva_count_changes"
+#: The state a new workflow row gets when none was set (the column's default).
+_NEW_STATE = "ready"
+#: The row ``ready`` and ``performing`` share: a step's claim and finalize move a workflow
+#: between them, and should cost no count statement.
+ONGOING = "ongoing"
+_PERFORMING = "performing"
+_FOLDED = {"ready": ONGOING, "performing": ONGOING}
+
+
+def bucket(state: str) -> str:
+    """The counts row a workflow in ``state`` is kept under."""
+    return _FOLDED.get(state, state)
+
+
+#: One recorded change: (the transactions it was made in, class, state, +n / -n).
+Change = tuple[tuple[Any, ...], str, str, int]
+
+
+def _workflows() -> Any:
+    # geneva_drive.workflow defines the table, and imports this module (through persistence).
+    return Base.metadata.tables[WORKFLOWS_TABLE]
+
+
+def _transaction_chain(session: Session) -> tuple[Any, ...]:
+    """The innermost open transaction (savepoint or root) and all its parents."""
+    innermost = session.get_nested_transaction() or session.get_transaction()
+    chain = []
+    while innermost is not None:
+        chain.append(innermost)
+        innermost = innermost.parent
+    return tuple(chain)
+
+
+def record(session: Session, workflow_type: str, old: str | None, new: str | None) -> None:
+    """A workflow row of ``workflow_type`` went from ``old`` to ``new`` in this transaction
+    (``old`` None: inserted; ``new`` None: deleted)."""
+    old = None if old is None else bucket(old)
+    new = None if new is None else bucket(new)
+    if old == new:
+        return
+    chain = _transaction_chain(session)
+    pending: list[Change] = session.info.setdefault(_PENDING_KEY, [])
+    if old is not None:
+        pending.append((chain, workflow_type, old, -1))
+    if new is not None:
+        pending.append((chain, workflow_type, new, 1))
+
+
+def record_row_write(session: Session, state: InstanceState[Any], new: str) -> None:
+    """persistence.flush wrote state ``new`` to the loaded workflow row ``state``."""
+    old = state.committed_state.get("state", NO_VALUE)
+    if old is NO_VALUE:  # never loaded: the transitions read it first, so this is not theirs
+        raise RuntimeError(
+            f"workflow #{state.identity} changed state without its old state loaded; "
+            "the per-state counts cannot follow it"
+        )
+    record(session, state.dict["type"], old, new)
+
+
+def forget_workflows(session: Session, ids: list[int]) -> None:
+    """The workflows ``ids`` (locked by the caller) are about to be deleted by Core."""
+    if not ids:
+        return
+    w = _workflows()
+    rows = session.execute(
+        select(w.c.type, w.c.state, func.count())
+        .where(w.c.id.in_(ids))
+        .group_by(w.c.type, w.c.state)
+    ).all()
+    chain = _transaction_chain(session)
+    pending: list[Change] = session.info.setdefault(_PENDING_KEY, [])
+    pending.extend(
+        (chain, workflow_type, bucket(state), -int(n)) for workflow_type, state, n in rows
+    )
+
+
+def pending_changes(session: Session) -> dict[tuple[str, str], int]:
+    """The net change per (class, state) this session will add at its commit (zeros left out)."""
+    totals: dict[tuple[str, str], int] = {}
+    for _chain, workflow_type, state, n in session.info.get(_PENDING_KEY, ()):
+        key = (workflow_type, state)
+        totals[key] = totals.get(key, 0) + n
+    return {key: n for key, n in totals.items() if n}
+
+
+def read(session: Session) -> dict[tuple[str, str], int]:
+    """Workflows per (class, state), every pair with at least one workflow (one round trip:
+    the kept rows, and the workflows being performed right now to split ``ongoing``)."""
+    w = _workflows()
+    kept = select(_COUNTS.c.type, _COUNTS.c.state, func.sum(_COUNTS.c.count).label("n")).group_by(
+        _COUNTS.c.type, _COUNTS.c.state
+    )
+    performing = (
+        select(w.c.type, literal(_PERFORMING, _COUNTS.c.state.type), func.count())
+        .where(w.c.state == _PERFORMING)
+        .group_by(w.c.type)
+    )
+    stored: dict[tuple[str, str], int] = {}
+    split: dict[str, int] = {}
+    for workflow_type, state, n in session.execute(union_all(kept, performing)).all():
+        if state == _PERFORMING:
+            split[workflow_type] = int(n)
+        elif n:
+            stored[(workflow_type, state)] = int(n)
+    result: dict[tuple[str, str], int] = {}
+    for (workflow_type, state), n in stored.items():
+        if state != ONGOING:
+            result[(workflow_type, state)] = n
+            continue
+        # The two reads are not one snapshot everywhere: a workflow claimed in between is
+        # counted as performing and still as ongoing, so ready never goes below zero here.
+        busy = min(split.get(workflow_type, 0), n)
+        for name, value in (("ready", n - busy), (_PERFORMING, busy)):
+            if value:
+                result[(workflow_type, name)] = value
+    return result
+
+
+def rebuild(session: Session) -> None:
+    """Recount from the workflows table (one scan): after a restore, or to repair counts
+    written while an engine without this module wrote workflows. Locks the counts table's rows
+    it replaces; the caller commits."""
+    session.execute(_COUNTS.delete())
+    w = _workflows()
+    rows = session.execute(
+        select(w.c.type, w.c.state, func.count()).group_by(w.c.type, w.c.state)
+    ).all()
+    totals: dict[tuple[str, str], int] = {}
+    for t, s, n in rows:
+        totals[(t, bucket(s))] = totals.get((t, bucket(s)), 0) + int(n)
+    if totals:
+        session.execute(
+            _COUNTS.insert(),
+            [{"type": t, "state": s, "shard": 0, "count": n} for (t, s), n in totals.items()],
+        )
+
+
+def add_to_counts(connection: Connection, shard: int, changes: dict[tuple[str, str], int]) -> None:
+    """Add ``changes`` to the counts' rows of ``shard``, creating the rows that do not exist.
+
+    Rows go in (class, state) order, so two transactions writing the same shard lock its rows
+    in the same order. The statement is prebuilt per backend and row count (the executor
+    commits one or two changes per transaction; compiling an upsert each time cost more than
+    a whole step, B10).
+    """
+    params: dict[str, Any] = {}
+    for index, ((workflow_type, state), n) in enumerate(sorted(changes.items())):
+        params[f"t{index}"], params[f"s{index}"] = workflow_type, state
+        params[f"h{index}"], params[f"n{index}"] = shard, n
+    dialect = dialect_for(connection)
+    key = (dialect, len(changes))
+    statement = _upserts.get(key)
+    if statement is None:
+        statement = _upserts[key] = Compiled(upsert_counts(dialect, len(changes)))
+    statement.execute(connection, params)
+
+
+_upserts: dict[tuple[Dialect, int], Compiled] = {}
+
+
+def upsert_counts(dialect: Dialect, rows: int) -> Any:
+    """``INSERT … count = count + new`` of ``rows`` rows, bound as ``t<i>``, ``s<i>``,
+    ``h<i>`` (shard), ``n<i>``; each backend's form from its dialect (``upsert_adding``)."""
+    c = _COUNTS.c
+    values = [
+        {
+            "type": bindparam(f"t{i}", type_=c.type.type),
+            "state": bindparam(f"s{i}", type_=c.state.type),
+            "shard": bindparam(f"h{i}", type_=c.shard.type),
+            "count": bindparam(f"n{i}", type_=c.count.type),
+        }
+        for i in range(rows)
+    ]
+    return dialect.upsert_adding(_COUNTS, values, (c.type, c.state, c.shard), "count")
+
+
+# --- the session's bookkeeping -----------------------------------------------------------------
+
+
+def _is_workflow(state: InstanceState[Any]) -> bool:
+    return getattr(state.mapper.local_table, "name", None) == WORKFLOWS_TABLE
+
+
+@event.listens_for(Session, "before_flush")
+def _orm_flush(session: Session, _context: Any, _instances: Any) -> None:
+    """The ORM's flush writes workflows the Core paths did not: count what it will change."""
+    for obj in session.new:
+        state: InstanceState[Any] = obj._sa_instance_state
+        if _is_workflow(state):
+            record(session, obj.type, None, obj.state or _NEW_STATE)
+    for obj in session.deleted:
+        state = obj._sa_instance_state
+        if _is_workflow(state):
+            loaded = state.committed_state.get("state", NO_VALUE)
+            record(session, obj.type, obj.state if loaded is NO_VALUE else loaded, None)
+    for obj in session.dirty:
+        state = obj._sa_instance_state
+        if _is_workflow(state) and "state" in state.committed_state:
+            record_row_write(session, state, obj.state)
+
+
+@event.listens_for(Session, "before_commit")
+def _add_at_commit(session: Session) -> None:
+    if session.get_nested_transaction() is not None:
+        return  # a savepoint released: the enclosing transaction may still roll back
+    # The commit flushes after this hook; flush first, so that what it writes is counted too.
+    # (Nothing to write: returns at once.)
+    session.flush()
+    if not session.info.get(_PENDING_KEY):
+        return
+    changes = pending_changes(session)
+    session.info.pop(_PENDING_KEY, None)
+    if changes:
+        add_to_counts(session.connection(), random.randrange(SHARDS), changes)
+
+
+@event.listens_for(Session, "after_soft_rollback")
+def _drop_after_rollback(session: Session, previous_transaction: Any) -> None:
+    pending: list[Change] | None = session.info.get(_PENDING_KEY)
+    if not pending:
+        return
+    kept = [change for change in pending if previous_transaction not in change[0]]
+    if kept:
+        session.info[_PENDING_KEY] = kept
+    else:
+        session.info.pop(_PENDING_KEY, None)
+
+
+@event.listens_for(Session, "after_transaction_end")
+def _drop_at_end(session: Session, transaction: Any) -> None:
+    # A root transaction ended without committing (closed, or rolled back): nothing to add.
+    if transaction.parent is None:
+        session.info.pop(_PENDING_KEY, None)
+
+
+__all__ = [
+    "ONGOING",
+    "SHARDS",
+    "add_to_counts",
+    "bucket",
+    "forget_workflows",
+    "pending_changes",
+    "read",
+    "rebuild",
+    "record",
+    "record_row_write",
+    "upsert_counts",
+]

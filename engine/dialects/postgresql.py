@@ -1,0 +1,162 @@
+"""PostgreSQL: row locks with SKIP LOCKED, JSONB, ``timestamptz``, per-transaction
+asynchronous commit, a flush's UPDATEs as one statement of data-modifying CTEs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    Column,
+    ColumnElement,
+    Connection,
+    Integer,
+    Table,
+    any_,
+    bindparam,
+    cast,
+    func,
+    literal,
+    select,
+    text,
+    true,
+    update,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+from sqlalchemy.engine.interfaces import Dialect as SQLAlchemyDialect
+from sqlalchemy.orm import Session
+
+from geneva_drive.compiled import Compiled
+from geneva_drive.dialects.base import Dialect, Sweep, Write, combined_params
+
+_Shapes = tuple[tuple[str, tuple[str, ...]], ...]
+
+
+class PostgreSQLDialect(Dialect):
+    name: ClassVar[str] = "postgresql"
+    sqlalchemy_names: ClassVar[tuple[str, ...]] = ("postgresql",)
+    asynchronous_commit: ClassVar[bool] = True
+    test_isolation: ClassVar[str] = "schema"
+
+    def lock_or_create(self, connection: Connection, table: Table, key: str, value: Any) -> None:
+        # The row exists but for a slot's first claim: SELECT ... FOR UPDATE locks it without
+        # writing a new row version per claim. A missing row is created by ON CONFLICT DO
+        # UPDATE, which takes its lock whether this transaction or a concurrent one inserted it.
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        column = table.c[key]
+        if connection.execute(select(column).where(column == value).with_for_update()).first():
+            return
+        statement = pg_insert(table).values({key: value})
+        connection.execute(
+            statement.on_conflict_do_update(
+                index_elements=[column], set_={key: statement.excluded[key]}
+            )
+        )
+
+    def __init__(self) -> None:
+        self._combined: dict[tuple[_Shapes, bool, bool], Compiled] = {}
+
+    def relax_durability(self, session: Session) -> None:
+        session.execute(text("SET LOCAL synchronous_commit TO OFF"))
+
+    def tune_for_aggregates(self, session: Session) -> None:
+        # The planner overestimates the overdue rows (history is full of past scheduled_for
+        # values), so the queries cross jit_above_cost and compiling them took 0.8 s of a
+        # 1 s refresh at 1M workflows, for queries that then run in ~0.2 s (bench/B9_METRICS.md).
+        session.execute(text("SET LOCAL jit = off"))
+
+    def json_impl(self, dialect: SQLAlchemyDialect) -> Any:
+        return dialect.type_descriptor(JSONB())
+
+    def json_native(self, dialect: SQLAlchemyDialect) -> bool:
+        return True
+
+    def id_in(self, column: Column[int], ids: list[int]) -> ColumnElement[bool]:
+        # One array parameter instead of an IN list of thousands: PostgreSQL parses and plans
+        # such a list in time linear in its length, a third of each slice when measured.
+        return column == any_(bindparam(None, ids, type_=ARRAY(BigInteger), unique=True))
+
+    def epoch_seconds(self, column: Any) -> Any:
+        return cast(func.floor(func.extract("epoch", column)), Integer)
+
+    def upsert_adding(
+        self, table: Table, values: list[dict[str, Any]], keys: Sequence[Column[Any]], column: str
+    ) -> Any:
+        statement = postgresql_insert(table).values(values)
+        return statement.on_conflict_do_update(
+            index_elements=list(keys),
+            set_={column: table.c[column] + statement.excluded[column]},
+        )
+
+    def advance_id_sequences(self, session: Session, tables: Iterable[str]) -> None:
+        # Explicit ids leave the serial's sequence behind: the next insert would collide.
+        for name in tables:
+            session.execute(
+                text(
+                    f"SELECT setval(pg_get_serial_sequence('{name}', 'id'), "
+                    f"COALESCE((SELECT MAX(id) FROM {name}), 0) + 1, false)"
+                )
+            )
+
+    def write_updates(
+        self,
+        connection: Connection,
+        writes: Sequence[Write],
+        *,
+        asynchronous_commit: bool,
+        sweep: Sweep | None,
+    ) -> bool:
+        """The UPDATEs as one statement (data-modifying CTEs), one round trip instead of one
+        per row; ``asynchronous_commit`` adds ``set_config('synchronous_commit', 'off',
+        true)`` to it (the transaction's commit then does not wait for its WAL flush)."""
+        if len(writes) <= 1 and not asynchronous_commit and sweep is None:
+            return False
+        shapes = tuple((write.table.name, write.names) for write in writes)
+        statement = self._combined_statement(shapes, writes, asynchronous_commit, sweep)
+        statement.execute(connection, combined_params(writes, sweep))
+        return True
+
+    def _combined_statement(
+        self,
+        shapes: _Shapes,
+        writes: Sequence[Write],
+        asynchronous_commit: bool,
+        sweep: Sweep | None,
+    ) -> Compiled:
+        """``WITH u0 AS (UPDATE …), u1 AS (UPDATE …) SELECT …``: PostgreSQL runs every
+        data-modifying CTE exactly once, to completion, whether or not it is referenced.
+        All of them see the snapshot the statement started with."""
+        key = (shapes, asynchronous_commit, sweep is not None)
+        statement = self._combined.get(key)
+        if statement is None:
+            ctes = []
+            for index, write in enumerate(writes):
+                table = write.table
+                values = {
+                    name: bindparam(f"p{index}_v_{name}", type_=table.c[name].type)
+                    for name in write.names
+                }
+                ctes.append(
+                    update(table)
+                    .where(table.c.id == bindparam(f"p{index}_pk"))
+                    .values(values)
+                    .returning(table.c.id)
+                    .cte(f"geneva_write_{index}")
+                )
+            if sweep is not None:
+                swept = sweep.statement("s_", sweep.excluded(writes))
+                ctes.append(swept.returning(sweep.executions.c.id).cte("geneva_sweep"))
+            head = (
+                func.set_config("synchronous_commit", "off", true())
+                if asynchronous_commit
+                else literal(1)
+            )
+            statement = self._combined[key] = Compiled(select(head).add_cte(*ctes))
+        return statement
+
+
+DIALECT = PostgreSQLDialect()
