@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive import metrics
 from geneva_drive.models import utcnow
+from geneva_drive.prometheus import clear_limit_cache
 from tests.metrics.seed import seed
 
 
@@ -40,9 +41,14 @@ def seeded(geneva_session: Session) -> datetime:
 
 @pytest.fixture(autouse=True)
 def _fresh_metrics_cache() -> Iterator[None]:
+    """Every metrics test starts cold: the snapshot and the limit gauges each keep a
+    process-wide cache, and one left warm by an earlier test on this worker could fall due
+    between two scrapes of the next (a read where a test counts none)."""
     metrics.clear_cache()
+    clear_limit_cache()
     yield
     metrics.clear_cache()
+    clear_limit_cache()
 
 
 @pytest.fixture
