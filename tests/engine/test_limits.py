@@ -528,6 +528,10 @@ def _race(session: Any, ids: list[int], *, rounds: int = 12, until_due: bool = F
 
     for _round in range(rounds):
         session.commit()  # a fresh snapshot (and nothing held while the racers write)
+        # The suite's session keeps its objects over a commit (expire_on_commit=False): without
+        # this, every round saw the first round's states and due times, re-ran the finished
+        # ones and never waited for a token, so the rate race ran out of rounds on a fast run.
+        session.expire_all()
         pending = [session.get(StepExecution, i) for i in ids]
         pending = [e for e in pending if e is not None and e.state == "scheduled"]
         if not pending:
@@ -566,6 +570,22 @@ def _final_states(session: Any, ids: list[int]) -> list[str]:
     return sorted(session.scalars(select(StepExecution.state).where(StepExecution.id.in_(ids))))
 
 
+def _race_twelve(
+    session: Any, cls: type[Workflow], **race: Any
+) -> tuple[list[int], dict[str, int]]:
+    """Twelve workflows of ``cls`` (key "acme") raced by :func:`_race` until each completed,
+    each body run exactly once (a deferral is no attempt): their executions' ids and the
+    bodies' counts (``max``: the most running at once)."""
+    running = {"now": 0, "max": 0, "ran": 0}
+    during.append(_counting(running, threading.Lock()))
+    workflows = [_create(session, cls, "acme") for _ in range(12)]
+    ids = [_current(session, wf).id for wf in workflows]
+    _race(session, ids, **race)
+    assert _final_states(session, ids) == ["completed"] * 12
+    assert running["ran"] == 12
+    return ids, running
+
+
 def test_racing_workers_never_exceed_the_limit(geneva_session: Any) -> None:
     """Twelve threads, each a worker on its own connection, race for two slots."""
 
@@ -576,14 +596,8 @@ def test_racing_workers_never_exceed_the_limit(geneva_session: Any) -> None:
         def go(self) -> None:
             _body(self)
 
-    running = {"now": 0, "max": 0, "ran": 0}
-    during.append(_counting(running, threading.Lock()))
     try:
-        workflows = [_create(geneva_session, Raced, "acme") for _ in range(12)]
-        ids = [_current(geneva_session, wf).id for wf in workflows]
-        _race(geneva_session, ids)
-        assert _final_states(geneva_session, ids) == ["completed"] * 12
-        assert running["ran"] == 12
+        _ids, running = _race_twelve(geneva_session, Raced)
         assert running["max"] <= 2
     finally:
         unregister("Raced")
@@ -608,14 +622,8 @@ def test_racing_workers_never_exceed_a_rate_limit(geneva_session: Any) -> None:
         def go(self) -> None:
             _body(self)
 
-    running = {"now": 0, "max": 0, "ran": 0}
-    during.append(_counting(running, threading.Lock()))
     try:
-        workflows = [_create(geneva_session, RateRaced, "acme") for _ in range(12)]
-        ids = [_current(geneva_session, wf).id for wf in workflows]
-        _race(geneva_session, ids, rounds=60, until_due=True)
-        assert _final_states(geneva_session, ids) == ["completed"] * 12
-        assert running["ran"] == 12  # each body ran once: a deferral is no attempt
+        ids, _running = _race_twelve(geneva_session, RateRaced, rounds=60, until_due=True)
         starts = list(
             geneva_session.scalars(
                 select(StepExecution.started_at).where(StepExecution.id.in_(ids))
