@@ -32,6 +32,7 @@ from geneva_drive.testing import (
     speedrun_children,
     speedrun_workflow,
 )
+from tests.engine.child_fleet import joined, start_fleet
 from tests.engine.helpers import executions, make_order, other_session, summary
 
 ran: list[str] = []
@@ -507,47 +508,13 @@ def test_a_child_can_be_found_from_another_session(geneva_session):
 
 # --- children ending at once (10,000 of them: test_children_scale.py) --------------------------
 
-#: How many children KidFleetOrder starts (set by each test).
-fleet = {"size": 0}
-
-
-class KidTiny(Workflow):
-    @step
-    def work(self) -> None:
-        pass
-
-
-class KidFleetOrder(Workflow):
-    @step
-    def fan_out(self) -> None:
-        for _ in range(fleet["size"]):
-            self.start_child(KidTiny, hero=self.hero, allow_multiple=True)
-
-    @step(wait_for_children=True, on_child_failure="continue")
-    def invoice(self) -> None:
-        ran.append("invoice")
-
-
-def _start_fleet(session, order, size: int) -> tuple[Workflow, list[int]]:
-    fleet["size"] = size
-    parent = KidFleetOrder.create(hero=order)
-    speedrun_workflow(parent)
-    assert parent.children_open == size
-    ids = list(
-        session.scalars(
-            select(Workflow.id).where(Workflow.parent_id == parent.id).order_by(Workflow.id)
-        )
-    )
-    assert len(ids) == size
-    return parent, ids
-
 
 def _assert_joined_once(session, parent: Workflow, ids: list[int]) -> None:
     session.expire_all()
     assert parent.children_open == 0
     assert _join(session, parent).state == "scheduled"  # woken by the last end
     speedrun_workflow(parent)
-    assert parent.state == "finished" and ran == ["invoice"]
+    assert parent.state == "finished" and joined == [parent.id]
     assert [e.state for e in executions(session, parent, "invoice")] == ["completed"]
     reported = select(Signal.idempotency_key).where(
         Signal.workflow_id == parent.id, Signal.name == children_module.CHILD_ENDED
@@ -561,7 +528,7 @@ def test_children_ending_at_once_are_joined_exactly_once(geneva_session, order):
     """Four threads cancel the children at once (an operator's cancel, one transaction each,
     the parent's row lock contended): every end is counted once, the last one wakes the join
     once."""
-    parent, ids = _start_fleet(geneva_session, order, 200)
+    parent, ids = start_fleet(geneva_session, order, 200)
     errors: list[BaseException] = []
 
     def end(share: list[int]) -> None:

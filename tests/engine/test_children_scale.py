@@ -14,64 +14,18 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
-from sqlalchemy import event, select
+from sqlalchemy import select
 
-from geneva_drive import Workflow, scheduling, step, transitions
+from geneva_drive import Workflow, scheduling, transitions
 from geneva_drive import children as children_module
 from geneva_drive.executor import execute
 from geneva_drive.models import Signal, StepExecution
 from geneva_drive.testing import speedrun_workflow
+from tests.engine.child_fleet import joined, start_fleet
 from tests.engine.helpers import executions, make_order, other_session
-from tests.metrics.conftest import StatementCounter
-
-#: How many children KidScaleOrder's step starts (each test sets it).
-fleet = {"size": 0}
-#: What the join ran, in order (one entry per run).
-joined: list[int] = []
-
-
-class KidScaleTiny(Workflow):
-    @step
-    def work(self) -> None:
-        pass
-
-
-class KidScaleOrder(Workflow):
-    @step
-    def fan_out(self) -> None:
-        for _ in range(fleet["size"]):
-            self.start_child(KidScaleTiny, hero=self.hero, allow_multiple=True)
-
-    @step(wait_for_children=True, on_child_failure="continue")
-    def invoice(self) -> None:
-        joined.append(self.id)
-
-
-@pytest.fixture(autouse=True)
-def _clear_joined() -> Iterator[None]:
-    joined.clear()
-    yield
-    joined.clear()
-
-
-def _start(session, order, size: int) -> tuple[Workflow, list[int]]:
-    """A parent whose one step started ``size`` children, parked on its join."""
-    fleet["size"] = size
-    parent = KidScaleOrder.create(hero=order)
-    speedrun_workflow(parent)
-    assert parent.children_open == size
-    assert executions(session, parent, "invoice")[-1].state == "waiting"
-    ids = list(
-        session.scalars(
-            select(Workflow.id).where(Workflow.parent_id == parent.id).order_by(Workflow.id)
-        )
-    )
-    assert len(ids) == size
-    return parent, ids
+from tests.metrics.conftest import counting
 
 
 def _end_in_batches(ids: list[int], *, threads: int, batch: int) -> None:
@@ -147,23 +101,13 @@ def _assert_joined_once(session, transport, parent: Workflow, ids: list[int]) ->
 # commits few. Hence the generous limit.
 @pytest.mark.timeout(1800)
 def test_ten_thousand_children_are_joined_exactly_once(geneva_session, order, geneva_transport):
-    parent, ids = _start(geneva_session, order, 10_000)
+    parent, ids = start_fleet(geneva_session, order, 10_000)
     geneva_transport.clear()
     _end_in_batches(ids, threads=4, batch=250)
     _assert_joined_once(geneva_session, geneva_transport, parent, ids)
 
 
 # --- O(1) per child: the statements of one end -----------------------------------------------
-
-
-@contextmanager
-def _counted(engine) -> Iterator[StatementCounter]:
-    counter = StatementCounter()
-    event.listen(engine, "before_cursor_execute", counter)
-    try:
-        yield counter
-    finally:
-        event.remove(engine, "before_cursor_execute", counter)
 
 
 #: A statement that selects or filters workflows by their parent: a rescan of the siblings.
@@ -173,13 +117,13 @@ _BY_PARENT = re.compile(r"\bparent_id\s*(=|IN\b)", re.IGNORECASE)
 def _ends_counted(session, engine, size: int) -> tuple[list[str], list[str]]:
     """The statements of a child's end (by the real executor) among ``size`` children: the
     first end (the join stays parked), then the last (it wakes the join)."""
-    parent, ids = _start(session, make_order(session), size)
+    parent, ids = start_fleet(session, make_order(session), size)
     session.commit()
     first, last = (
         session.scalars(select(StepExecution.id).where(StepExecution.workflow_id == i)).one()
         for i in (ids[0], ids[-1])
     )
-    with _counted(engine) as counter:
+    with counting(engine) as counter:
         assert execute(first)
     first_end = counter.statements
     session.expire_all()
@@ -188,7 +132,7 @@ def _ends_counted(session, engine, size: int) -> tuple[list[str], list[str]]:
     _end_in_batches(ids[1:-1], threads=1, batch=500)
     session.expire_all()
     assert parent.children_open == 1
-    with _counted(engine) as counter:
+    with counting(engine) as counter:
         assert execute(last)
     last_end = counter.statements
     session.expire_all()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 
 import pytest
@@ -51,18 +52,18 @@ def _fresh_metrics_cache() -> Iterator[None]:
     clear_limit_cache()
 
 
+@contextmanager
+def counting(engine: Engine) -> Iterator[StatementCounter]:
+    """``with counting(engine) as counter: ...``: the statements ``engine`` runs meanwhile."""
+    counter = StatementCounter()
+    event.listen(engine, "before_cursor_execute", counter)
+    try:
+        yield counter
+    finally:
+        event.remove(engine, "before_cursor_execute", counter)
+
+
 @pytest.fixture
 def count_statements():  # type: ignore[no-untyped-def]
-    """``with count_statements(engine) as counter: ...``"""
-    from contextlib import contextmanager
-
-    @contextmanager
-    def _count(engine: Engine) -> Iterator[StatementCounter]:
-        counter = StatementCounter()
-        event.listen(engine, "before_cursor_execute", counter)
-        try:
-            yield counter
-        finally:
-            event.remove(engine, "before_cursor_execute", counter)
-
-    return _count
+    """``with count_statements(engine) as counter: ...`` (:func:`counting` as a fixture)."""
+    return counting
