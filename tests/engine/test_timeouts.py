@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 from sqlalchemy import select
 
-from geneva_drive import Workflow, step
+from geneva_drive import Workflow, dispatch, settings, step
 from geneva_drive.celery import dispatch_due_task
+from geneva_drive.celery_client import DISPATCH_DUE_TASK, beat_schedule
 from geneva_drive.dispatch import dispatch_due, fire_timeouts, run_dispatcher
 from geneva_drive.errors import StepConfigurationError, WorkflowNotOngoing
 from geneva_drive.instrumentation import wait_timed_out
@@ -548,6 +549,64 @@ def test_the_embedded_loop_fires_time_outs_without_dispatching(geneva_session, f
         stop.set()
         loop.join(10)
     assert fired == [(parked.id, "cancel")]
+
+
+def test_the_first_sweep_after_the_deadline_fires_it(geneva_session, fired, monkeypatch):
+    """Within one dispatch interval (issue 29): the loop sweeps every interval, no sweep before
+    the deadline fires, and the first sweep that starts at or after it does."""
+    _, parked = _parked(geneva_session, CancelFlow)
+    # A whole second, so that every database stores it exactly (MariaDB keeps no fraction
+    # unless asked), half a second to a second and a half ahead.
+    deadline = (utcnow() + timedelta(seconds=1.5)).replace(microsecond=0)
+    _move_deadline(geneva_session, parked, deadline)
+    sweeps: list[tuple[datetime, int]] = []
+    sweep = dispatch.fire_timeouts
+
+    def recorded(now: datetime | None = None, **options: int) -> int:
+        moment = utcnow()
+        sweeps.append((moment, sweep(moment, **options)))
+        return sweeps[-1][1]
+
+    monkeypatch.setattr(dispatch, "fire_timeouts", recorded)
+    stop = threading.Event()
+    loop = threading.Thread(
+        target=run_dispatcher,
+        args=(stop,),
+        kwargs={"interval": 0.1, "housekeeping": False, "dispatch": False},
+    )
+    loop.start()
+    try:
+        for _ in range(800):
+            if fired:
+                break
+            time.sleep(0.025)
+    finally:
+        stop.set()
+        loop.join(10)
+    assert fired == [(parked.id, "cancel")]
+    early = [count for moment, count in sweeps if moment < deadline]
+    late = [count for moment, count in sweeps if moment >= deadline]
+    assert early and set(early) == {0}  # it swept before the deadline and fired nothing
+    assert late[0] == 1  # the first sweep at or after the deadline fired it
+
+
+def test_the_beat_and_the_loop_sweep_every_dispatch_interval(monkeypatch):
+    """The other half of "within one dispatch interval": both sweepers' period is the setting."""
+    monkeypatch.setattr(settings, "dispatch_interval", timedelta(seconds=7))
+    entry = beat_schedule()["geneva-drive-dispatch-due"]
+    assert entry["task"] == DISPATCH_DUE_TASK
+    assert entry["schedule"] == 7.0
+    waits: list[float] = []
+
+    class OneSweep(threading.Event):
+        def wait(self, timeout: float | None = None) -> bool:
+            waits.append(timeout or 0.0)
+            self.set()
+            return True
+
+    monkeypatch.setattr(dispatch, "fire_timeouts", lambda: 0)
+    run_dispatcher(OneSweep(), housekeeping=False, dispatch=False)
+    assert len(waits) == 1 and 6.0 < waits[0] <= 7.0
 
 
 def test_the_celery_beat_task_fires_time_outs(geneva_session, fired):

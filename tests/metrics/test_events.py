@@ -167,6 +167,41 @@ def test_a_real_housekeeping_run_is_counted(geneva_session):
     assert value("geneva_drive_housekeeping_last_run_timestamp_seconds") >= started - 1
 
 
+def test_a_stranded_waiter_released_by_housekeeping_is_counted(geneva_session):
+    """Issue 28: a waiting execution whose step a deploy removed is released by housekeeping,
+    and the release reaches ``housekeeping_recovered_total{kind="stranded_waiting"}``."""
+
+    class BeforeDeploy(Workflow):
+        workflow_name = "metrics_stranded_waiter_flow"
+
+        @step(wait_for="paid")
+        def capture(self):
+            pass
+
+    wf = BeforeDeploy.create(hero=make_order(geneva_session))
+    perform_next_step(wf)  # parks on `capture`
+    geneva_session.commit()
+    assert wf.current_execution.state == "waiting"
+
+    class AfterDeploy(Workflow):  # the deploy removed `capture`, leaving no gravestone
+        workflow_name = "metrics_stranded_waiter_flow"
+
+        @step
+        def ship(self):
+            pass
+
+    before = value("geneva_drive_housekeeping_recovered_total", kind="stranded_waiting")
+    assert housekeeping.run().stranded_waiting_released == 1
+    assert value("geneva_drive_housekeeping_recovered_total", kind="stranded_waiting") == (
+        before + 1
+    )
+    # A second run finds nothing left to release, and counts nothing.
+    assert housekeeping.run().stranded_waiting_released == 0
+    assert value("geneva_drive_housekeeping_recovered_total", kind="stranded_waiting") == (
+        before + 1
+    )
+
+
 def test_install_is_idempotent_and_uninstall_disconnects(installed):
     assert prometheus.install() is installed
     prometheus.uninstall()
