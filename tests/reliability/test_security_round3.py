@@ -10,11 +10,14 @@ allow-list, log lines with newlines, hero ids with ``/``, the 431 page).
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import select as io_select
 import socket
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -534,18 +537,27 @@ def test_the_431_page_names_no_server(served_default):
 # --- 3. idle sockets cannot silence /healthz ----------------------------------------------------
 
 
+@contextlib.contextmanager
+def _serving(app: Flask, **deadlines: float) -> Iterator[Any]:
+    """``app`` on ``geneva-drive up``'s server (its defaults, or these deadlines), stopped after."""
+    from geneva_drive.dashboard import server as dashboard_server
+
+    srv = dashboard_server.make_server(app, "127.0.0.1", 0, **deadlines)
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield srv
+    finally:
+        srv.shutdown()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
 @pytest.fixture
 def served_default(build):
     """The dashboard on ``geneva-drive up``'s server with its default deadlines and limits."""
-    from geneva_drive.dashboard import server as dashboard_server
-
-    srv = dashboard_server.make_server(build(), "127.0.0.1", 0)
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    yield srv
-    srv.shutdown()
-    thread.join(10)
-    assert not thread.is_alive()
+    with _serving(build()) as srv:
+        yield srv
 
 
 def test_idle_sockets_cannot_starve_healthz(served_default):
@@ -574,19 +586,45 @@ def test_idle_sockets_cannot_starve_healthz(served_default):
 def test_a_silent_connection_is_closed_at_the_header_deadline(build):
     """The header deadline runs from the accept: a socket that never sends a byte is closed
     after ``header_timeout`` (1 s here), not after the idle timeout (60 s here)."""
+    deadlines = {"header_timeout": 1.0, "request_timeout": 2.0, "idle_timeout": 60.0}
+    with _serving(build(), **deadlines) as srv:
+        sock = socket.create_connection(("127.0.0.1", srv.server_port), timeout=20)
+        with sock:
+            assert sock.recv(1) == b""  # closed by the server (a timeout raises instead)
+
+
+def test_one_address_holds_at_most_its_share_of_connections(build):
+    """Past ``PER_ADDRESS_LIMIT`` (64) silent connections from one address, each new one closes
+    that address's oldest, while the server is far from full; another address keeps all of
+    its own. (The deadlines are long, so only the cap can close a socket here.)"""
     from geneva_drive.dashboard import server as dashboard_server
 
-    srv = dashboard_server.make_server(
-        build(), "127.0.0.1", 0, header_timeout=1.0, request_timeout=2.0, idle_timeout=60.0
-    )
-    thread = threading.Thread(target=srv.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with socket.create_connection(("127.0.0.1", srv.server_port), timeout=20) as sock:
-            assert sock.recv(1) == b""  # closed by the server (a timeout raises instead)
-    finally:
-        srv.shutdown()
-        thread.join(10)
+    limit = dashboard_server.PER_ADDRESS_LIMIT
+    assert 60 + limit + 6 < dashboard_server.ROOM_FROM  # the server-wide room never applies
+    deadlines = {"header_timeout": 120.0, "request_timeout": 240.0, "idle_timeout": 240.0}
+    with _serving(build(), **deadlines) as srv:
+        address = ("127.0.0.1", srv.server_port)
+        other = [
+            socket.create_connection(address, source_address=("127.0.0.2", 0)) for _ in range(60)
+        ]
+        mine = [socket.create_connection(address) for _ in range(limit + 6)]
+        try:
+            # Closed by the server = readable at end of file; wait until the six have gone.
+            closed: set[socket.socket] = set()
+            for _ in range(200):
+                readable, _, _ = io_select.select(other + mine, [], [], 0.05)
+                closed |= {s for s in readable if s.recv(1) == b""}
+                if len(closed) >= 6:
+                    break
+            time.sleep(0.5)  # and no more follow
+            readable, _, _ = io_select.select(other + mine, [], [], 0)
+            closed |= {s for s in readable if s.recv(1) == b""}
+            assert closed == set(mine[:6])
+            with urllib.request.urlopen(f"http://127.0.0.1:{srv.server_port}/healthz") as page:
+                assert page.status == 200
+        finally:
+            for sock in other + mine:
+                sock.close()
 
 
 # --- 6. an error page never depends on the thing that failed -------------------------------------
