@@ -152,3 +152,28 @@ def test_a_childs_end_runs_the_same_statements_with_10_or_1000_siblings(
         assert len(with_10) == len(with_1000), (with_10, with_1000)
         rescans = [s for s in with_1000 if _BY_PARENT.search(s)]
         assert rescans == [], rescans
+
+
+# --- the cost of a child's start -------------------------------------------------------------
+
+
+def _started_counted(session, engine, size: int) -> list[str]:
+    with counting(engine) as counter:
+        start_fleet(session, make_order(session), size)
+    return counter.statements
+
+
+def test_a_childs_start_runs_three_statements_and_no_savepoint(geneva_session, geneva_database):
+    """Each ``start_child`` (``allow_multiple=True``, so no unique key can collide) runs the
+    parent's counter UPDATE, the child's INSERT and its first execution's INSERT: no
+    SAVEPOINT around the insert (two round trips per child on the servers)."""
+    engine = geneva_database.engine
+    ten = _started_counted(geneva_session, engine, 10)
+    thirty = _started_counted(geneva_session, engine, 30)
+    assert (len(thirty) - len(ten)) == 3 * 20, thirty
+
+    def savepoints(statements: list[str]) -> list[str]:
+        return [s for s in statements if s.lstrip().upper().startswith(("SAVEPOINT", "RELEASE"))]
+
+    # The parent's own create() (one per hero) keeps its savepoint; its children take none.
+    assert savepoints(thirty) == savepoints(ten) != []
