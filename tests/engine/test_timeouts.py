@@ -529,25 +529,31 @@ def test_signals_table_is_untouched_by_time_outs(geneva_session):
 # --- the processes that sweep ------------------------------------------------------------------
 
 
-def test_the_embedded_loop_fires_time_outs_without_dispatching(geneva_session, fired):
-    """``geneva-drive up`` and ``geneva-drive worker`` run run_dispatcher(dispatch=False)."""
-    _, parked = _parked(geneva_session, CancelFlow)
-    _move_deadline(geneva_session, parked, utcnow())
+def _loop_until_fired(fired: list[tuple[int, str]], *, interval: float) -> None:
+    """Run the embedded worker's loop (``run_dispatcher(dispatch=False)``) every ``interval``
+    seconds in a thread until a time-out has fired (at most 20 s), then stop it."""
     stop = threading.Event()
     loop = threading.Thread(
         target=run_dispatcher,
         args=(stop,),
-        kwargs={"interval": 0.05, "housekeeping": False, "dispatch": False},
+        kwargs={"interval": interval, "housekeeping": False, "dispatch": False},
     )
     loop.start()
     try:
-        for _ in range(400):
+        for _ in range(800):
             if fired:
                 break
             time.sleep(0.025)
     finally:
         stop.set()
         loop.join(10)
+
+
+def test_the_embedded_loop_fires_time_outs_without_dispatching(geneva_session, fired):
+    """``geneva-drive up`` and ``geneva-drive worker`` run run_dispatcher(dispatch=False)."""
+    _, parked = _parked(geneva_session, CancelFlow)
+    _move_deadline(geneva_session, parked, utcnow())
+    _loop_until_fired(fired, interval=0.05)
     assert fired == [(parked.id, "cancel")]
 
 
@@ -562,27 +568,13 @@ def test_the_first_sweep_after_the_deadline_fires_it(geneva_session, fired, monk
     sweeps: list[tuple[datetime, int]] = []
     sweep = dispatch.fire_timeouts
 
-    def recorded(now: datetime | None = None, **options: int) -> int:
+    def recorded() -> int:  # the loop's call: fire_timeouts() with the time of the sweep
         moment = utcnow()
-        sweeps.append((moment, sweep(moment, **options)))
+        sweeps.append((moment, sweep(moment)))
         return sweeps[-1][1]
 
     monkeypatch.setattr(dispatch, "fire_timeouts", recorded)
-    stop = threading.Event()
-    loop = threading.Thread(
-        target=run_dispatcher,
-        args=(stop,),
-        kwargs={"interval": 0.1, "housekeeping": False, "dispatch": False},
-    )
-    loop.start()
-    try:
-        for _ in range(800):
-            if fired:
-                break
-            time.sleep(0.025)
-    finally:
-        stop.set()
-        loop.join(10)
+    _loop_until_fired(fired, interval=0.1)
     assert fired == [(parked.id, "cancel")]
     early = [count for moment, count in sweeps if moment < deadline]
     late = [count for moment, count in sweeps if moment >= deadline]
