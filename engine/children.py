@@ -6,9 +6,12 @@ with ``wait_for_children=True`` parks until every child started before it has en
 How the join stays race-free, crash-safe and O(1) per child:
 
 * The parent row carries two counters (migration 0009): ``children_open`` (started, not yet
-  ended) and ``children_canceled`` (ended canceled since the last join). ``start_child`` adds
-  one to ``children_open`` in the step's own transaction, so an attempt that is discarded,
-  fails or dies rolls the child and the count back together.
+  ended) and ``children_canceled`` (ended canceled since the last join). The children a step
+  starts are added to ``children_open`` in the step's own transaction, in one UPDATE when it
+  commits (:mod:`geneva_drive.at_commit`): an attempt that is discarded, fails or dies rolls
+  the children and the count back together, and a savepoint of the step's that rolls back
+  takes its children's share with it. (One UPDATE per child cost PostgreSQL a walk of the
+  row's growing chain of versions each time: 10,000 children in one step took minutes.)
 * A child's end (finished or canceled, whoever ended it) reaches its parent in the child's
   ending transaction, under the parent's row lock: one signal row
   ``geneva_drive.child_ended`` with the child's id as its idempotency key (the signal dedup
@@ -40,6 +43,7 @@ from sqlalchemy import Table, func, insert, inspect, select, update
 from sqlalchemy.orm import Session, object_session
 
 from geneva_drive import db, scheduling, transitions
+from geneva_drive.at_commit import AtCommit
 from geneva_drive.dialects import dialect_for
 from geneva_drive.errors import InvalidStateError
 from geneva_drive.instrumentation import ContextAdapter, child_joined, child_started
@@ -107,11 +111,12 @@ def start_child(parent: Workflow, cls: type[Workflow], hero: Any = None, **optio
     session = scheduling.session_of(parent)
     # Counted before the child exists: a child with no steps finishes inside create() and
     # reports its end at once.
-    _add_open(session, parent, 1)
+    key = session.identity_key(instance=parent)
+    _started.add(session, (key, 1))
     try:
         child = cls.create(hero=hero, session=session, _parent=parent, **options)
     except BaseException:
-        _add_open(session, parent, -1)
+        _started.add(session, (key, -1))
         raise
     if child_started.receivers:
         child_started.send(
@@ -124,15 +129,35 @@ def start_child(parent: Workflow, cls: type[Workflow], hero: Any = None, **optio
     return child
 
 
-def _add_open(session: Session, parent: Workflow, delta: int) -> None:
+#: One child started (+1), or a start that failed (-1): the parent's identity key and the count.
+Started = tuple[Any, int]
+
+
+def _add_started(session: Session, started: list[Started]) -> None:
+    """At the commit of the transaction that started them: each parent's children, in one
+    UPDATE of its counter."""
     table = _workflows()
-    session.execute(
-        update(table)
-        .where(table.c.id == parent.id)
-        .values(children_open=table.c.children_open + delta)
-    )
-    # The loaded parent's copy is stale now; the executor's lock reloads the row anyway.
-    session.expire(parent, ["children_open"])
+    for key, n in _per_parent(started).items():
+        if n:
+            session.execute(
+                update(table)
+                .where(table.c.id == key[1][0])
+                .values(children_open=table.c.children_open + n)
+            )
+            loaded = session.identity_map.get(key)
+            if loaded is not None:
+                session.expire(loaded, ["children_open"])
+
+
+def _per_parent(started: list[Started]) -> dict[Any, int]:
+    totals: dict[Any, int] = {}
+    for key, n in started:
+        totals[key] = totals.get(key, 0) + n
+    return totals
+
+
+#: The children each transaction started, added to their parents' counters at its commit.
+_started: AtCommit[Started] = AtCommit("geneva_children_started", write=_add_started)
 
 
 # --- a child's end -----------------------------------------------------------------------------
@@ -198,6 +223,8 @@ def _report_end(session: Session, child: Workflow, parent_id: int) -> None:
             )
         )
         _expire_loaded(session, _base(child), parent_id)
+        # Without the children this transaction started, if it is the parent's own step (its
+        # counter gets them at the commit): then the parent is performing, and not woken here.
         open_now = int(row.children_open) - 1
         if child_joined.receivers:
             child_joined.send(

@@ -44,6 +44,7 @@ from sqlalchemy import Connection, bindparam, event, func, literal, select, unio
 from sqlalchemy.orm import InstanceState, Session
 from sqlalchemy.orm.base import NO_VALUE
 
+from geneva_drive.at_commit import AtCommit
 from geneva_drive.compiled import Compiled
 from geneva_drive.dialects import Dialect, dialect_for
 from geneva_drive.models import Base
@@ -54,7 +55,6 @@ SHARDS = 8
 
 WORKFLOWS_TABLE = "geneva_drive_workflows"
 _COUNTS = Base.metadata.tables["geneva_drive_workflow_counts"]
-_PENDING_KEY = "geneva_count_changes"
 #: The state a new workflow row gets when none was set (the column's default).
 _NEW_STATE = "ready"
 #: The row ``ready`` and ``performing`` share: a step's claim and finalize move a workflow
@@ -69,23 +69,13 @@ def bucket(state: str) -> str:
     return _FOLDED.get(state, state)
 
 
-#: One recorded change: (the transactions it was made in, class, state, +n / -n).
-Change = tuple[tuple[Any, ...], str, str, int]
+#: One recorded change: (class, state, +n / -n).
+Change = tuple[str, str, int]
 
 
 def _workflows() -> Any:
     # geneva_drive.workflow defines the table, and imports this module (through persistence).
     return Base.metadata.tables[WORKFLOWS_TABLE]
-
-
-def _transaction_chain(session: Session) -> tuple[Any, ...]:
-    """The innermost open transaction (savepoint or root) and all its parents."""
-    innermost = session.get_nested_transaction() or session.get_transaction()
-    chain = []
-    while innermost is not None:
-        chain.append(innermost)
-        innermost = innermost.parent
-    return tuple(chain)
 
 
 def record(session: Session, workflow_type: str, old: str | None, new: str | None) -> None:
@@ -95,12 +85,10 @@ def record(session: Session, workflow_type: str, old: str | None, new: str | Non
     new = None if new is None else bucket(new)
     if old == new:
         return
-    chain = _transaction_chain(session)
-    pending: list[Change] = session.info.setdefault(_PENDING_KEY, [])
     if old is not None:
-        pending.append((chain, workflow_type, old, -1))
+        _pending.add(session, (workflow_type, old, -1))
     if new is not None:
-        pending.append((chain, workflow_type, new, 1))
+        _pending.add(session, (workflow_type, new, 1))
 
 
 def record_row_write(session: Session, state: InstanceState[Any], new: str) -> None:
@@ -124,17 +112,19 @@ def forget_workflows(session: Session, ids: list[int]) -> None:
         .where(w.c.id.in_(ids))
         .group_by(w.c.type, w.c.state)
     ).all()
-    chain = _transaction_chain(session)
-    pending: list[Change] = session.info.setdefault(_PENDING_KEY, [])
-    pending.extend(
-        (chain, workflow_type, bucket(state), -int(n)) for workflow_type, state, n in rows
+    _pending.extend(
+        session, ((workflow_type, bucket(state), -int(n)) for workflow_type, state, n in rows)
     )
 
 
 def pending_changes(session: Session) -> dict[tuple[str, str], int]:
     """The net change per (class, state) this session will add at its commit (zeros left out)."""
+    return _totals(_pending.items(session))
+
+
+def _totals(changes: list[Change]) -> dict[tuple[str, str], int]:
     totals: dict[tuple[str, str], int] = {}
-    for _chain, workflow_type, state, n in session.info.get(_PENDING_KEY, ()):
+    for workflow_type, state, n in changes:
         key = (workflow_type, state)
         totals[key] = totals.get(key, 0) + n
     return {key: n for key, n in totals.items() if n}
@@ -256,38 +246,15 @@ def _orm_flush(session: Session, _context: Any, _instances: Any) -> None:
             record_row_write(session, state, obj.state)
 
 
-@event.listens_for(Session, "before_commit")
-def _add_at_commit(session: Session) -> None:
-    if session.get_nested_transaction() is not None:
-        return  # a savepoint released: the enclosing transaction may still roll back
-    # The commit flushes after this hook; flush first, so that what it writes is counted too.
-    # (Nothing to write: returns at once.)
-    session.flush()
-    if not session.info.get(_PENDING_KEY):
-        return
-    changes = pending_changes(session)
-    session.info.pop(_PENDING_KEY, None)
-    if changes:
-        add_to_counts(session.connection(), random.randrange(SHARDS), changes)
+def _add_at_commit(session: Session, changes: list[Change]) -> None:
+    totals = _totals(changes)
+    if totals:
+        add_to_counts(session.connection(), random.randrange(SHARDS), totals)
 
 
-@event.listens_for(Session, "after_soft_rollback")
-def _drop_after_rollback(session: Session, previous_transaction: Any) -> None:
-    pending: list[Change] | None = session.info.get(_PENDING_KEY)
-    if not pending:
-        return
-    kept = [change for change in pending if previous_transaction not in change[0]]
-    if kept:
-        session.info[_PENDING_KEY] = kept
-    else:
-        session.info.pop(_PENDING_KEY, None)
-
-
-@event.listens_for(Session, "after_transaction_end")
-def _drop_at_end(session: Session, transaction: Any) -> None:
-    # A root transaction ended without committing (closed, or rolled back): nothing to add.
-    if transaction.parent is None:
-        session.info.pop(_PENDING_KEY, None)
+#: The changes a transaction adds to the counts when it commits: last of its writes
+#: (:mod:`geneva_drive.at_commit`).
+_pending: AtCommit[Change] = AtCommit("geneva_count_changes", write=_add_at_commit, order=100)
 
 
 __all__ = [

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from sqlalchemy import event
 from sqlalchemy.orm import Session
 
+from geneva_drive.at_commit import AtCommit
 from geneva_drive.celery_client import CeleryTransport
 from geneva_drive.config import settings
 
@@ -123,35 +124,21 @@ def enqueues_deferred() -> bool:
     return settings.enqueue_after_commit
 
 
-_PENDING_KEY = "geneva_pending_messages"
-
-
-def _transaction_chain(session: Session) -> tuple[Any, ...]:
-    """The innermost open transaction (savepoint or root) and all its parents."""
-    if session.get_transaction() is None:
-        session.begin()  # what autobegin would do at the first statement
-    innermost = session.get_nested_transaction() or session.get_transaction()
-    chain = []
-    while innermost is not None:
-        chain.append(innermost)
-        innermost = innermost.parent
-    return tuple(chain)
+#: The messages a transaction sends once it has committed (a savepoint that rolls back takes
+#: its own back with it).
+_pending: AtCommit[Message] = AtCommit("geneva_pending_messages")
 
 
 def queue_message(session: Session, message: Message) -> None:
-    """Send ``message`` after ``session`` commits (or at once when enqueues are not deferred).
-
-    Each queued message remembers the transactions it was queued in, so a savepoint that rolls
-    back drops its own messages and keeps those of the enclosing transaction.
-    """
+    """Send ``message`` after ``session`` commits (or at once when enqueues are not deferred)."""
     if not enqueues_deferred():
         get_transport().send(message)
         return
-    session.info.setdefault(_PENDING_KEY, []).append((_transaction_chain(session), message))
+    _pending.add(session, message)
 
 
 def pending_count(session: Session) -> int:
-    return len(session.info.get(_PENDING_KEY, ()))
+    return len(_pending.items(session))
 
 
 @event.listens_for(Session, "after_commit")
@@ -160,11 +147,11 @@ def _send_after_commit(session: Session) -> None:
         # SQLAlchemy fires after_commit for a released savepoint too; the enclosing
         # transaction may still roll back, so nothing is sent before the real commit.
         return
-    pending = session.info.pop(_PENDING_KEY, None)
+    pending = _pending.take(session)
     if not pending:
         return
     transport = get_transport()
-    for _chain, message in pending:
+    for message in pending:
         try:
             transport.send(message)
         except Exception:
@@ -175,15 +162,3 @@ def _send_after_commit(session: Session) -> None:
                 message.execution_id,
                 message.job_id,
             )
-
-
-@event.listens_for(Session, "after_soft_rollback")
-def _drop_after_rollback(session: Session, previous_transaction: Any) -> None:
-    pending = session.info.get(_PENDING_KEY)
-    if not pending:
-        return
-    kept = [(chain, m) for chain, m in pending if previous_transaction not in chain]
-    if kept:
-        session.info[_PENDING_KEY] = kept
-    else:
-        session.info.pop(_PENDING_KEY, None)

@@ -806,6 +806,69 @@ class KidOrderMixedEnds(Workflow):
         ran.append("invoice")
 
 
+class KidStepless(Workflow):
+    """No steps: create() finishes it, and its end reaches the parent inside start_child."""
+
+
+class KidOrderSavepoint(Workflow):
+    @step
+    def ship(self) -> None:
+        self.start_child(KidLine, hero=self.hero, allow_multiple=True)
+        savepoint = self.session.begin_nested()
+        self.start_child(KidLine, hero=self.hero, allow_multiple=True)
+        self.start_child(KidLine, hero=self.hero, allow_multiple=True)
+        savepoint.rollback()  # the two children inside go, and so does their share of the count
+        self.start_child(KidLine, hero=self.hero, allow_multiple=True)
+
+    @step(wait_for_children=True)
+    def invoice(self) -> None:
+        ran.append("invoice")
+
+
+class KidOrderEndsInStep(Workflow):
+    @step
+    def ship(self) -> None:
+        self.start_child(KidStepless, hero=self.hero, allow_multiple=True)
+        self.start_child(KidLine, hero=self.hero, allow_multiple=True)
+        doomed = self.start_child(KidLine, hero=self.hero, allow_multiple=True)
+        doomed.cancel()  # ends inside the step that started it
+
+    @step(wait_for_children=True, on_child_failure="continue")
+    def invoice(self) -> None:
+        ran.append("invoice")
+
+
+def test_a_savepoint_that_rolls_back_takes_its_children_out_of_the_count(geneva_session, order):
+    """The counter gets a step's children in one UPDATE at its commit: a savepoint of the
+    step's that rolls back drops its children and their share, the others are counted."""
+    parent = KidOrderSavepoint.create(hero=order)
+    speedrun_workflow(parent)
+    geneva_session.expire_all()
+    assert len(parent.children) == 2
+    assert parent.children_open == 2
+    assert _join(geneva_session, parent).state == "waiting"
+    speedrun_children(parent)
+    speedrun_workflow(parent)
+    assert parent.state == "finished" and ran[-1] == "invoice"
+
+
+def test_children_that_end_inside_the_step_that_started_them_are_counted_once(
+    geneva_session, order
+):
+    """A child with no steps (finished by create()) and one canceled by the same step report
+    their ends while the step's starts are not written yet: the counter ends exact."""
+    parent = KidOrderEndsInStep.create(hero=order)
+    speedrun_workflow(parent)
+    geneva_session.expire_all()
+    assert sorted(k.state for k in parent.children) == ["canceled", "finished", "ready"]
+    assert (parent.children_open, parent.children_canceled) == (1, 1)
+    assert len(_child_signals(geneva_session, parent)) == 2
+    assert _join(geneva_session, parent).state == "waiting"
+    speedrun_children(parent)
+    speedrun_workflow(parent)
+    assert parent.state == "finished" and ran[-1] == "invoice"
+
+
 def test_a_child_ending_from_its_own_step_reaches_its_parent(geneva_session, order):
     """cancel() and finish() in a child's step, and a cancel policy, end the child through the
     outcome table's one transition: each end still reaches the parent (reviewer's F1)."""
