@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import create_workflow, executions, wait_for_state
+from tests.integration.conftest import create_workflow, executions, wait_for_state, wait_until
 from tests.reliability.crash_flows import CrashSuccessorRaisesWorkflow
 from tests.reliability.test_crash import (  # noqa: F401 (fixtures)
     CeleryWorker,
@@ -26,6 +26,7 @@ pytestmark = pytest.mark.integration
 
 _RAISED = re.compile(r"perform_step\[([0-9a-f]{32})\] raised")
 _SUCCEEDED = re.compile(r"perform_step\[([0-9a-f]{32})\] succeeded")
+_ENDED = re.compile(r"perform_step\[([0-9a-f]{32})\] (?:raised|succeeded)")
 
 
 @pytest.mark.parametrize("inline_on", [True, False], ids=["inline", "published"])
@@ -46,6 +47,14 @@ def test_a_successors_exception_is_attributed_to_the_successor_in_celery(
     assert (one.state, one.outcome) == ("completed", "success")
     assert (two.state, two.error_class_name) == ("failed", "RuntimeError")
     assert one.job_id and two.job_id and one.job_id != two.job_id
+    # The rows commit before the task that ran the last step returns and Celery logs how it
+    # ended; stopped before that, the pool process is terminated mid-task and the line is lost.
+    last_task = one.job_id if inline_on else two.job_id
+    wait_until(
+        lambda: last_task in _ENDED.findall(Path(worker.log_path).read_text(errors="replace")),
+        timeout=30,
+        what=f"Celery to log the end of task {last_task}",
+    )
     worker.stop()
     log = Path(worker.log_path).read_text(errors="replace")
     raised = set(_RAISED.findall(log))
