@@ -36,18 +36,21 @@ error) and nothing half-written remains.
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, func, insert, inspect, select, update
+from sqlalchemy import Table, bindparam, func, insert, inspect, select, update
 from sqlalchemy.orm import Session, object_session
 
 from geneva_drive import db, scheduling, transitions
 from geneva_drive.at_commit import AtCommit
+from geneva_drive.compiled import Compiled
 from geneva_drive.dialects import dialect_for
 from geneva_drive.errors import InvalidStateError
 from geneva_drive.instrumentation import ContextAdapter, child_joined, child_started
-from geneva_drive.models import Base, Signal, StepExecution, utcnow
+from geneva_drive.models import Base, StepExecution, utcnow
 from geneva_drive.states import (
     ONGOING_WORKFLOW_STATES,
     TERMINAL_WORKFLOW_STATES,
@@ -77,6 +80,10 @@ _cascading: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
 
 def _workflows() -> Table:
     return Base.metadata.tables["geneva_drive_workflows"]
+
+
+def _signals() -> Table:
+    return Base.metadata.tables["geneva_drive_signals"]
 
 
 def _locking(session: Session, query: Any) -> Any:
@@ -177,35 +184,41 @@ def workflow_ended(workflow: Workflow) -> None:
         _report_end(session, workflow, parent_id)
 
 
-def _report_end(session: Session, child: Workflow, parent_id: int) -> None:
-    table = _workflows()
-    db.begin_write(session)
-    query = select(table.c.state, table.c.type, table.c.children_open).where(
-        table.c.id == parent_id
-    )
-    with session.no_autoflush:
-        row = session.execute(_locking(session, query)).first()
-        if row is None or row.state in TERMINAL_WORKFLOW_STATES:
-            return  # deleted, or ended: nobody waits for this child any more
-        key = str(child.id)
-        seen = session.execute(
-            select(Signal.id).where(
-                Signal.workflow_id == parent_id,
-                Signal.name == CHILD_ENDED,
-                Signal.idempotency_key == key,
+@dataclass(frozen=True)
+class _Report:
+    """The four statements of a child's end, compiled once (a fan-out of 10,000 children runs
+    them 10,000 times; SQLAlchemy's execute path cost more Python than the database's work)."""
+
+    parent: Compiled
+    parent_locked: Compiled
+    seen: Compiled
+    signal: Compiled
+    counters: Compiled
+
+
+@functools.cache
+def _report() -> _Report:
+    w = _workflows()
+    s = _signals()
+    parent = select(w.c.state, w.c.type, w.c.children_open).where(w.c.id == bindparam("parent_id"))
+    now = bindparam("now", type_=w.c.updated_at.type)
+    return _Report(
+        parent=Compiled(parent),
+        parent_locked=Compiled(parent.with_for_update()),
+        seen=Compiled(
+            select(s.c.id).where(
+                s.c.workflow_id == bindparam("parent_id"),
+                s.c.name == CHILD_ENDED,
+                s.c.idempotency_key == bindparam("key"),
             )
-        ).first()
-        if seen is not None:
-            return  # reported already: exactly once
-        canceled = child.state == WorkflowState.CANCELED
-        now = utcnow()
-        session.execute(
-            insert(Signal).values(
-                workflow_id=parent_id,
+        ),
+        signal=Compiled(
+            insert(s).values(
+                workflow_id=bindparam("parent_id"),
                 name=CHILD_ENDED,
-                idempotency_key=key,
+                idempotency_key=bindparam("key"),
                 state=SignalState.CONSUMED,
-                payload_json={"child_id": child.id, "workflow": child.type, "state": child.state},
+                payload=bindparam("payload", type_=s.c.payload.type),
                 claimed=1,
                 consumed=1,
                 claimed_at=now,
@@ -213,30 +226,62 @@ def _report_end(session: Session, child: Workflow, parent_id: int) -> None:
                 created_at=now,
                 updated_at=now,
             )
-        )
-        session.execute(
-            update(table)
-            .where(table.c.id == parent_id)
+        ),
+        counters=Compiled(
+            update(w)
+            .where(w.c.id == bindparam("parent_id"))
             .values(
-                children_open=table.c.children_open - 1,
-                children_canceled=table.c.children_canceled + (1 if canceled else 0),
+                children_open=w.c.children_open - 1,
+                children_canceled=w.c.children_canceled + bindparam("canceled"),
+                updated_at=now,
             )
+        ),
+    )
+
+
+def _report_end(session: Session, child: Workflow, parent_id: int) -> None:
+    db.begin_write(session)
+    statements = _report()
+    connection = session.connection()
+    read = statements.parent_locked if dialect_for(session).row_locks else statements.parent
+    row = read.first(connection, {"parent_id": parent_id})
+    if row is None:
+        return  # deleted: nobody waits for this child any more
+    parent_state, parent_type, children_open = row
+    if parent_state in TERMINAL_WORKFLOW_STATES:
+        return  # ended: nobody waits for this child any more
+    key = str(child.id)
+    if statements.seen.first(connection, {"parent_id": parent_id, "key": key}) is not None:
+        return  # reported already: exactly once
+    canceled = child.state == WorkflowState.CANCELED
+    now = utcnow()
+    statements.signal.execute(
+        connection,
+        {
+            "parent_id": parent_id,
+            "key": key,
+            "payload": {"child_id": child.id, "workflow": child.type, "state": child.state},
+            "now": now,
+        },
+    )
+    statements.counters.execute(
+        connection, {"parent_id": parent_id, "canceled": 1 if canceled else 0, "now": now}
+    )
+    _expire_loaded(session, _base(child), parent_id)
+    # Without the children this transaction started, if it is the parent's own step (its
+    # counter gets them at the commit): then the parent is performing, and not woken here.
+    open_now = int(children_open) - 1
+    if child_joined.receivers:
+        child_joined.send(
+            "engine",
+            workflow_id=parent_id,
+            workflow_type=parent_type,
+            child_id=child.id,
+            child_type=child.type,
+            state=child.state,
         )
-        _expire_loaded(session, _base(child), parent_id)
-        # Without the children this transaction started, if it is the parent's own step (its
-        # counter gets them at the commit): then the parent is performing, and not woken here.
-        open_now = int(row.children_open) - 1
-        if child_joined.receivers:
-            child_joined.send(
-                "engine",
-                workflow_id=parent_id,
-                workflow_type=row.type,
-                child_id=child.id,
-                child_type=child.type,
-                state=child.state,
-            )
-        if open_now <= 0 and row.state == WorkflowState.READY:
-            _wake(session, _base(child), parent_id)
+    if open_now <= 0 and parent_state == WorkflowState.READY:
+        _wake(session, _base(child), parent_id)
 
 
 def _expire_loaded(session: Session, base: type[Workflow], parent_id: int) -> None:
