@@ -41,13 +41,13 @@ import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, bindparam, func, insert, inspect, select, update
+from sqlalchemy import Table, bindparam, func, inspect, select, update
 from sqlalchemy.orm import Session, object_session
 
 from geneva_drive import db, scheduling, transitions
 from geneva_drive.at_commit import AtCommit
 from geneva_drive.compiled import Compiled
-from geneva_drive.dialects import dialect_for
+from geneva_drive.dialects import Dialect, dialect_for
 from geneva_drive.errors import InvalidStateError
 from geneva_drive.instrumentation import ContextAdapter, child_joined, child_started
 from geneva_drive.models import Base, StepExecution, utcnow
@@ -186,34 +186,27 @@ def workflow_ended(workflow: Workflow) -> None:
 
 @dataclass(frozen=True)
 class _Report:
-    """The four statements of a child's end, compiled once (a fan-out of 10,000 children runs
-    them 10,000 times; SQLAlchemy's execute path cost more Python than the database's work)."""
+    """The three statements of a child's end, compiled once per database (a fan-out of 10,000
+    children runs them 10,000 times; SQLAlchemy's execute path cost more Python than the
+    database's work)."""
 
     parent: Compiled
-    parent_locked: Compiled
-    seen: Compiled
     signal: Compiled
     counters: Compiled
 
 
 @functools.cache
-def _report() -> _Report:
+def _report(dialect: Dialect) -> _Report:
     w = _workflows()
     s = _signals()
     parent = select(w.c.state, w.c.type, w.c.children_open).where(w.c.id == bindparam("parent_id"))
     now = bindparam("now", type_=w.c.updated_at.type)
     return _Report(
-        parent=Compiled(parent),
-        parent_locked=Compiled(parent.with_for_update()),
-        seen=Compiled(
-            select(s.c.id).where(
-                s.c.workflow_id == bindparam("parent_id"),
-                s.c.name == CHILD_ENDED,
-                s.c.idempotency_key == bindparam("key"),
-            )
-        ),
+        parent=Compiled(dialect.lock(parent)),
+        # The signal dedup index (one per child, ever) decides "reported already": nothing
+        # inserted, rowcount 0.
         signal=Compiled(
-            insert(s).values(
+            dialect.insert_unless_duplicate(s).values(
                 workflow_id=bindparam("parent_id"),
                 name=CHILD_ENDED,
                 idempotency_key=bindparam("key"),
@@ -241,29 +234,27 @@ def _report() -> _Report:
 
 def _report_end(session: Session, child: Workflow, parent_id: int) -> None:
     db.begin_write(session)
-    statements = _report()
+    statements = _report(dialect_for(session))
     connection = session.connection()
-    read = statements.parent_locked if dialect_for(session).row_locks else statements.parent
-    row = read.first(connection, {"parent_id": parent_id})
+    row = statements.parent.first(connection, {"parent_id": parent_id})
     if row is None:
         return  # deleted: nobody waits for this child any more
     parent_state, parent_type, children_open = row
     if parent_state in TERMINAL_WORKFLOW_STATES:
         return  # ended: nobody waits for this child any more
-    key = str(child.id)
-    if statements.seen.first(connection, {"parent_id": parent_id, "key": key}) is not None:
-        return  # reported already: exactly once
     canceled = child.state == WorkflowState.CANCELED
     now = utcnow()
-    statements.signal.execute(
+    inserted = statements.signal.execute(
         connection,
         {
             "parent_id": parent_id,
-            "key": key,
+            "key": str(child.id),
             "payload": {"child_id": child.id, "workflow": child.type, "state": child.state},
             "now": now,
         },
     )
+    if not inserted:
+        return  # reported already: exactly once
     statements.counters.execute(
         connection, {"parent_id": parent_id, "canceled": 1 if canceled else 0, "now": now}
     )

@@ -233,6 +233,12 @@ class Dialect:
         is increased by the new row's value instead (the per-state counts, issue 26)."""
         raise NotImplementedError(f"{self.name}: no adding upsert")
 
+    def insert_unless_duplicate(self, table: Table) -> Any:
+        """An ``INSERT`` into ``table`` that inserts nothing where the row would repeat a unique
+        key (its rowcount is 0 then, 1 otherwise): a dedup read and an INSERT in one round
+        trip (a child's end, reported once)."""
+        raise NotImplementedError(f"{self.name}: no insert-unless-duplicate")
+
     def advance_id_sequences(self, session: Session, tables: Iterable[str]) -> None:
         """After rows were inserted with explicit ids (an archive restored): make the next new
         row of each table get a larger id. A no-op where the counter follows explicit ids."""

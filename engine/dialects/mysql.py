@@ -133,6 +133,13 @@ class MySQLDialect(Dialect):
             {column: table.c[column] + statement.inserted[column]}
         )
 
+    def insert_unless_duplicate(self, table: Table) -> Any:
+        # INSERT IGNORE: neither server has ON CONFLICT DO NOTHING, and ON DUPLICATE KEY
+        # UPDATE reports a kept row as 1 under the driver's FOUND_ROWS flag, like an insert.
+        # IGNORE also turns other errors into warnings; the callers insert the engine's own
+        # values (ids of rows they hold locked, fixed names), which can only meet the key.
+        return mysql.insert(table).prefix_with("IGNORE")
+
     def epoch_seconds(self, column: Any) -> Any:
         # The column holds UTC; no session time zone involved.
         return func.timestampdiff(literal_column("SECOND"), literal("1970-01-01 00:00:00"), column)

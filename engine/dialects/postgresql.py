@@ -92,6 +92,9 @@ class PostgreSQLDialect(Dialect):
             set_={column: table.c[column] + statement.excluded[column]},
         )
 
+    def insert_unless_duplicate(self, table: Table) -> Any:
+        return postgresql_insert(table).on_conflict_do_nothing()
+
     def advance_id_sequences(self, session: Session, tables: Iterable[str]) -> None:
         # Explicit ids leave the serial's sequence behind: the next insert would collide.
         for name in tables:

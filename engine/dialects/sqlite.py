@@ -86,6 +86,9 @@ class SQLiteDialect(Dialect):
             set_={column: table.c[column] + statement.excluded[column]},
         )
 
+    def insert_unless_duplicate(self, table: Table) -> Any:
+        return sqlite_insert(table).on_conflict_do_nothing()
+
     def epoch_seconds(self, column: Any) -> Any:
         return cast(func.strftime("%s", column), Integer)
 
