@@ -11,7 +11,7 @@ How the join stays race-free, crash-safe and O(1) per child:
   commits (:mod:`geneva_drive.at_commit`): an attempt that is discarded, fails or dies rolls
   the children and the count back together, and a savepoint of the step's that rolls back
   takes its children's share with it. (One UPDATE per child cost PostgreSQL a walk of the
-  row's growing chain of versions each time: 10,000 children in one step took minutes.)
+  row's growing chain of versions each time: 10,000 children in one step took 66 s.)
 * A child's end (finished or canceled, whoever ended it) reaches its parent in the child's
   ending transaction, under the parent's row lock: one signal row
   ``geneva_drive.child_ended`` with the child's id as its idempotency key (the signal dedup
