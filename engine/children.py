@@ -26,7 +26,8 @@ The child-end signals are stored already consumed (the counters consumed them): 
 parent's audit trail of its children's ends, and never wait in the signal inbox or meet a
 ``wait_for=`` step's matcher.
 
-Lock order: a child's end locks the child, then its parent; ``cancel_children`` locks the
+Lock order: a child's end locks the child, then its parent; a step that starts children locks
+its own row before inserting the first one (``_lock_parent``); ``cancel_children`` locks the
 parent, then its children. A child ending at the very moment its parent is canceled can
 therefore deadlock on PostgreSQL or MariaDB; the database aborts one of the two transactions
 (the executor's is retried by housekeeping's stuck recovery, an operator's cancel reports the
@@ -116,9 +117,12 @@ def start_child(parent: Workflow, cls: type[Workflow], hero: Any = None, **optio
             "start_child() creates the child in the parent step's own session; remove session="
         )
     session = scheduling.session_of(parent)
+    key = session.identity_key(instance=parent)
+    if key not in _locked.items(session):
+        _lock_parent(session, parent.id)
+        _locked.add(session, key)
     # Counted before the child exists: a child with no steps finishes inside create() and
     # reports its end at once.
-    key = session.identity_key(instance=parent)
     _started.add(session, (key, 1))
     try:
         child = cls.create(hero=hero, session=session, _parent=parent, **options)
@@ -135,6 +139,25 @@ def start_child(parent: Workflow, cls: type[Workflow], hero: Any = None, **optio
         )
     return child
 
+
+def _lock_parent(session: Session, parent_id: int) -> None:
+    """The parent's row lock, taken before the transaction's first child is inserted.
+
+    The child's foreign key to its parent takes a shared lock on the parent's row (InnoDB),
+    and the counter UPDATE at the commit must upgrade it. A sibling ending in between queues
+    for the exclusive lock (its report, ``_report_end``) behind that shared one: each waits for
+    the other, and MariaDB aborts the sibling's end. Taken exclusive first, the sibling's end
+    waits for this transaction's commit instead: the lock order workflow row, then its
+    children's rows, that ``cancel_children`` keeps too."""
+    db.begin_write(session)
+    w = _workflows()
+    session.execute(_locking(session, select(w.c.id).where(w.c.id == parent_id)))
+
+
+#: The parents whose row this transaction has locked (``_lock_parent``): once per transaction.
+#: A savepoint that rolls back drops its entries, so the next start locks again (PostgreSQL
+#: releases a lock taken inside a rolled-back savepoint).
+_locked: AtCommit[Any] = AtCommit("geneva_children_locked")
 
 #: One child started (+1), or a start that failed (-1): the parent's identity key and the count.
 Started = tuple[Any, int]

@@ -64,6 +64,26 @@ def waits_on_a_lock(monitor: Any, connection: int) -> bool:
     return wait == "Lock"
 
 
+def lock_waiters(monitor: Any) -> int:
+    """How many connections to the monitor's database wait for a row lock right now.
+
+    MariaDB lists a transaction in ``innodb_trx`` only once it has written, and a locking read
+    of a primary key waits in the optimizer's ``Statistics`` phase, so its wait shows in the
+    process list: a ``FOR UPDATE`` read running for over 100 ms waits for its lock."""
+    if _is_mysql(monitor):
+        query = (
+            "SELECT COUNT(*) FROM information_schema.processlist WHERE db = DATABASE() "
+            "AND id <> CONNECTION_ID() AND command = 'Query' AND "
+            "(state = 'Statistics' OR info LIKE '%FOR UPDATE%') AND time_ms > 100"
+        )
+    else:
+        query = (
+            "SELECT COUNT(*) FROM pg_stat_activity "
+            "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+        )
+    return int(monitor.execute(text(query)).scalar_one())
+
+
 def terminate(session: Any, connection: int) -> None:
     """End server connection ``connection`` from the server side (a restart, an idle kill)."""
     if _is_mysql(session):

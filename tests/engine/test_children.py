@@ -11,6 +11,7 @@ time-out; a child's end reaches its parent exactly once, counted, never by resca
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -32,6 +33,7 @@ from geneva_drive.testing import (
     speedrun_children,
     speedrun_workflow,
 )
+from tests.backends import SERVER_ONLY_REASON, lock_waiters, on_server_database
 from tests.engine.child_fleet import joined, start_fleet
 from tests.engine.helpers import executions, make_order, other_session, summary
 
@@ -473,6 +475,69 @@ def test_a_child_ending_while_the_parent_still_creates_siblings(geneva_session, 
     speedrun_workflow(parent)
     assert parent.state == "finished" and ran.count("invoice") == 1
     assert len(_child_signals(geneva_session, parent)) == total
+
+
+@pytest.mark.skipif(not on_server_database(), reason=SERVER_ONLY_REASON)
+def test_a_child_ending_while_its_sibling_is_being_inserted_does_not_deadlock(
+    geneva_session, order
+):
+    """The parent's step has inserted a second child (not committed) when the first child
+    ends in another connection. The first child's end waits for the parent's transaction (on
+    MariaDB its index writes would otherwise meet the sibling's uncommitted rows, and the
+    parent's counter UPDATE at its commit would meet the end's lock on the parent: a deadlock);
+    then both commit, and the join counts both children."""
+    errors: list[BaseException] = []
+    ended = threading.Event()
+
+    def end_first(parent_id: int) -> None:
+        try:
+            with other_session() as session:
+                first = session.scalar(
+                    select(Workflow.id).where(Workflow.parent_id == parent_id).order_by(Workflow.id)
+                )
+                execution_id = session.scalar(
+                    select(StepExecution.id).where(StepExecution.workflow_id == first)
+                )
+            execute(execution_id)
+        except BaseException as error:  # reported by the test thread
+            errors.append(error)
+        finally:
+            ended.set()
+
+    def start(self: Workflow, it) -> None:  # type: ignore[no-untyped-def]
+        def one(index: int) -> None:
+            self.start_child(KidLine, hero=self.hero, allow_multiple=True)
+            if index == 0:
+                return  # committed at the checkpoint
+            threading.Thread(target=end_first, args=(self.id,)).start()
+            # Until the end waits for this transaction (or, without a lock to wait on, ends).
+            with other_session() as monitor:
+                for _ in range(400):
+                    if ended.is_set() or lock_waiters(monitor):
+                        break
+                    monitor.rollback()
+                    time.sleep(0.025)
+
+        it.iterate_over(range(2), one)
+
+    def invoice(self: Workflow) -> None:
+        ran.append("invoice")
+
+    Siblings = type(
+        "KidSiblingsOrder",
+        (Workflow,),
+        {"ship": resumable_step(start), "invoice": step(wait_for_children=True)(invoice)},
+    )
+    parent = Siblings.create(hero=order)
+    speedrun_workflow(parent)
+    assert ended.wait(60), "the first child's end never returned"
+    assert not errors, errors
+    geneva_session.expire_all()
+    assert [k.state for k in parent.children] == ["finished", "ready"]
+    assert parent.children_open == 1
+    speedrun_children(parent)
+    speedrun_workflow(parent)
+    assert parent.state == "finished" and ran.count("invoice") == 1
 
 
 # --- definitions ------------------------------------------------------------------------------

@@ -157,6 +157,13 @@ def test_a_childs_end_runs_the_same_statements_with_10_or_1000_siblings(
 # --- the cost of a child's start -------------------------------------------------------------
 
 
+#: ``_lock_parent``'s read: the parent's id, by its id (``FOR UPDATE`` on the servers).
+_PARENT_LOCK = re.compile(
+    r"^SELECT geneva_drive_workflows\.id\s+FROM geneva_drive_workflows\s+"
+    r"WHERE geneva_drive_workflows\.id = \S+( FOR UPDATE)?\s*$"
+)
+
+
 def _started_counted(session, engine, size: int) -> list[str]:
     with counting(engine) as counter:
         start_fleet(session, make_order(session), size)
@@ -167,13 +174,16 @@ def test_a_childs_start_runs_two_statements_and_no_savepoint(geneva_session, gen
     """Each ``start_child`` (``allow_multiple=True``, so no unique key can collide) runs the
     child's INSERT and its first execution's INSERT: no SAVEPOINT around the insert (two round
     trips per child on the servers), and no UPDATE of the parent's counter, which gets all of
-    the step's children in one UPDATE at its commit."""
+    the step's children in one UPDATE at its commit. The parent's row is locked once, before
+    the first child."""
     engine = geneva_database.engine
     ten = _started_counted(geneva_session, engine, 10)
     thirty = _started_counted(geneva_session, engine, 30)
     assert (len(thirty) - len(ten)) == 2 * 20, thirty
     counters = [s for s in thirty if re.search(r"SET children_open\s*=", s)]
     assert len(counters) == 1, counters
+    parent_locks = [s for s in thirty if _PARENT_LOCK.search(s)]
+    assert len(parent_locks) == 1, parent_locks
 
     def savepoints(statements: list[str]) -> list[str]:
         return [s for s in statements if s.lstrip().upper().startswith(("SAVEPOINT", "RELEASE"))]
