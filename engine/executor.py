@@ -93,6 +93,10 @@ log = logging.getLogger("geneva_drive.executor")
 # its thread sends that is not a plain read marks the session (session.info). A commit (a
 # resumable checkpoint) or a rollback clears the mark: those writes are settled.
 _WROTE = "geneva_body_wrote"
+#: How often finalize runs again when the database picks its transaction as a deadlock victim
+#: (InnoDB's unique-index checks lock neighbouring entries: workers finishing neighbouring
+#: workflows' steps can deadlock although each takes its rows in the same order).
+_DEADLOCK_RETRIES = 3
 _watch = threading.local()
 
 
@@ -493,18 +497,34 @@ class Executor:
             self.session.rollback()
             wrote = False
 
-        try:
-            inline.arm(self.session, self.budget)
-            self.finalize(workflow, execution, step_def, result, body_wrote=wrote)
-            if execution.limit_slot is not None or execution.step_limit_slot is not None:
-                # Wake the next in line (SPEC §6.2).
-                limits.release(self.session, execution, scheduling.enqueue_execution)
-            self._settle_inline(runs_next=True)
-            self._commit()
-        except BaseException:
-            inline.disarm(self.session)
-            self.session.rollback()
-            raise
+        for retry in range(_DEADLOCK_RETRIES + 1):
+            try:
+                inline.arm(self.session, self.budget)
+                self.finalize(workflow, execution, step_def, result, body_wrote=wrote)
+                if execution.limit_slot is not None or execution.step_limit_slot is not None:
+                    # Wake the next in line (SPEC §6.2).
+                    limits.release(self.session, execution, scheduling.enqueue_execution)
+                self._settle_inline(runs_next=True)
+                self._commit()
+                break
+            except DBAPIError as error:
+                inline.disarm(self.session)
+                self.session.rollback()
+                # A deadlock victim's transaction rolled back whole. With nothing of the body's
+                # in it, recording the outcome again is the whole remedy; with the body's writes
+                # in it, they are gone, and the execution stays in progress for housekeeping's
+                # stuck recovery to run the step again (what a crash here leads to).
+                if wrote or retry == _DEADLOCK_RETRIES or not db.is_deadlock(error):
+                    raise
+                self.log.warning(
+                    "the database chose this step's finalize as a deadlock victim (%s); "
+                    "recording its outcome again",
+                    error.orig,
+                )
+            except BaseException:
+                inline.disarm(self.session)
+                self.session.rollback()
+                raise
         if self.error is not None:
             raise self.error
         return True
