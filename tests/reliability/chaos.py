@@ -345,7 +345,7 @@ class PrivateMariaDB(Server):
             capture_output=True,
             env=_base_env(),
         )
-        self.url = f"mysql+pymysql://root@127.0.0.1:{self.port}/chaos"
+        self.url = f"mysql+pymysql://root@127.0.0.1:{self.port}/chaos?ssl_disabled=true"
 
     def command(self) -> tuple[list[str], dict[str, str]]:
         mariadbd = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
