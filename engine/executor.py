@@ -337,6 +337,9 @@ class Executor:
         self.workflow_id: int | None = None
         #: Finalize: the connection died under writes the body had made (they are gone).
         self.lost: DBAPIError | None = None
+        #: The error last handed to the error reporter: a finalize run again after a deadlock
+        #: resolves the same error once more, and the reporter (Sentry, logs) sees it once.
+        self.reported: BaseException | None = None
 
     # --- locking -----------------------------------------------------------------------
 
@@ -971,6 +974,9 @@ class Executor:
             return
         if result.report == "terminal_only" and not result.terminal:
             return
+        if error is self.reported:
+            return
+        self.reported = error
         report_error(error, self._context(workflow, execution))
 
     def handle_policy(
