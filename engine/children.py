@@ -30,8 +30,9 @@ Lock order: a child's end locks the child, then its parent; a step that starts c
 its own row before inserting the first one (``_lock_parent``); ``cancel_children`` locks the
 parent, then its children. A child ending at the very moment its parent is canceled can
 therefore deadlock on PostgreSQL or MariaDB; the database aborts one of the two transactions
-(the executor's is retried by housekeeping's stuck recovery, an operator's cancel reports the
-error) and nothing half-written remains.
+(the executor's finalize runs again, or, when the step's body wrote, housekeeping's stuck
+recovery runs the step again; an operator's cancel reports the error) and nothing
+half-written remains.
 """
 
 from __future__ import annotations
