@@ -1,7 +1,9 @@
-"""The suite's own rules: every test runs under a time limit (pytest-timeout), and
-``sqlite_pass`` tests are left to the SQLite pass."""
+"""The suite's own rules: every test runs under a time limit (pytest-timeout),
+``sqlite_pass`` tests are left to the SQLite pass, and the longest files are collected first."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +37,16 @@ def test_the_server_passes_skip_sqlite_pass_tests(request: pytest.FixtureRequest
     # This test is itself marked sqlite_pass: it only ever runs in the SQLite pass.
     assert url_backend() == "sqlite"
     assert request.node.get_closest_marker("sqlite_pass") is not None
+
+
+def test_the_files_started_first_exist_and_are_collected_first(
+    request: pytest.FixtureRequest,
+) -> None:
+    """A renamed file left in ``START_FIRST`` would silently go back to being started last."""
+    from tests.conftest import START_FIRST
+
+    root = Path(request.config.rootpath)
+    assert [path for path in START_FIRST if not (root / path).is_file()] == []
+    files = list(dict.fromkeys(item.nodeid.split("::")[0] for item in request.session.items))
+    first = [path for path in START_FIRST if path in files]  # a run of some files has some
+    assert files[: len(first)] == first
