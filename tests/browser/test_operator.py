@@ -38,6 +38,9 @@ def test_operator_resumes_a_paused_workflow_at_a_chosen_step(live_server, page):
 
     # Filter to paused feed imports with the filter form (htmx swaps the results, the URL follows).
     page.get_by_role("link", name="Workflows").click()
+    # The click waits only for the navigation to start; a select changed before the deferred
+    # htmx script has run sends nothing (seen on a loaded machine), as in open_first.
+    page.wait_for_load_state("load")
     page.get_by_label("Class", exact=True).select_option("FeedImportWorkflow")
     page.get_by_label("State", exact=True).select_option("paused")
     expect(page).to_have_url(re.compile(r"state=paused"))
@@ -50,6 +53,7 @@ def test_operator_resumes_a_paused_workflow_at_a_chosen_step(live_server, page):
 
     # Open one and read the error.
     rows.first.get_by_role("link", name=re.compile(r"^#\d+$")).click()
+    page.wait_for_load_state("load")
     expect(page.locator("#wf-title")).to_contain_text("FeedImportWorkflow")
     workflow_id = int(re.search(r"/workflows/(\d+)", page.url).group(1))  # type: ignore[union-attr]
     error = page.locator(".error-block").first
