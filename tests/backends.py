@@ -48,7 +48,13 @@ def connection_id(session: Any) -> int:
 
 
 def waits_on_a_lock(monitor: Any, connection: int) -> bool:
-    """Is server connection ``connection`` waiting for a row or index-entry lock right now?"""
+    """Is server connection ``connection`` waiting for a row or index-entry lock right now?
+
+    On MariaDB, ``innodb_trx`` shows ``LOCK WAIT`` for most waits, but a transaction whose
+    first write is an INSERT waiting on another transaction's uncommitted unique-index entry
+    can stay listed as ``RUNNING`` with no transaction id (seen on 10.11 under load, for 20 s
+    until the other side committed). Its wait shows in the process list instead: the
+    statement sits in the ``Update`` state."""
     if _is_mysql(monitor):
         state = monitor.execute(
             text(
@@ -57,7 +63,16 @@ def waits_on_a_lock(monitor: Any, connection: int) -> bool:
             ),
             {"id": connection},
         ).scalar()
-        return state == "LOCK WAIT"
+        if state == "LOCK WAIT":
+            return True
+        writing = monitor.execute(
+            text(
+                "SELECT COUNT(*) FROM information_schema.processlist WHERE id = :id "
+                "AND command = 'Query' AND state = 'Update' AND time_ms > 200"
+            ),
+            {"id": connection},
+        ).scalar()
+        return bool(writing)
     wait = monitor.execute(
         text("SELECT wait_event_type FROM pg_stat_activity WHERE pid = :pid"), {"pid": connection}
     ).scalar()
