@@ -2,8 +2,10 @@
 per hour (last day), overall and per class; per-step duration distributions.
 
 Server-rendered SVG (``templates/_charts.html``): no script, nothing inline for the CSP to
-refuse, colours from the stylesheet. The counts are grouped in the database over the
-``finished_at`` index range of the window, never a scan of the whole history.
+refuse, colours from the stylesheet. The counts come from the per-minute rollup that
+housekeeping keeps (:mod:`geneva_drive.rollups`) and, for the minutes it has not rolled up yet,
+from the executions grouped over the ``finished_at`` index range: never a scan of the whole
+history, and not of a whole day's executions either.
 
 A bucket that ended more than :data:`SETTLE_AFTER` ago cannot change any more (an execution's
 ``finished_at`` is the time it finished), so each app reads it once and keeps its counts
@@ -20,17 +22,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from geneva_drive import rollups
 from geneva_drive.dashboard.formatting import duration
 from geneva_drive.dashboard.queries import cached
-from geneva_drive.dialects import Dialect, dialect_for
+from geneva_drive.dialects import Dialect
 from geneva_drive.models import StepExecution, utcnow
-from geneva_drive.states import Outcome, StepState
+from geneva_drive.states import StepState
 from geneva_drive.workflow import Workflow
 
-KINDS = ("completed", "failed", "reattempted")
+KINDS = rollups.KINDS
 #: Width and height of a chart's plot area (SVG user units; the SVG scales to its box).
 WIDTH, HEIGHT = 600.0, 80.0
 
@@ -98,36 +101,15 @@ def _counts(
     session: Session, since: datetime, seconds: int, until: datetime | None = None
 ) -> dict[tuple[str, int, str], int]:
     """``{(class, bucket, kind): n}`` for executions that finished since ``since`` (and
-    before ``until``)."""
-    dialect = dialect_for(session)
-    kind = case(
-        (StepExecution.state == StepState.FAILED, "failed"),
-        (StepExecution.outcome == Outcome.REATTEMPTED, "reattempted"),
-        (StepExecution.state == StepState.COMPLETED, "completed"),
-        else_=None,
-    ).label("kind")
-    bucket = _bucket(StepExecution.finished_at, seconds, dialect).label("bucket")
-    rows = select(Workflow.type.label("cls"), bucket, kind).join(
-        Workflow, Workflow.id == StepExecution.workflow_id
-    )
-    window = rows.where(StepExecution.finished_at >= since)
-    if until is not None:
-        window = window.where(StepExecution.finished_at < until)
-    inner = window.subquery()
-    grouped = select(inner.c.cls, inner.c.bucket, inner.c.kind, func.count()).group_by(
-        inner.c.cls, inner.c.bucket, inner.c.kind
-    )
-    found: dict[tuple[str, int, str], int] = {}
-    for cls, number, name, n in session.execute(grouped):
-        if name is not None and number is not None:
-            found[(str(cls), int(number), str(name))] = int(n)
+    before ``until``): rolled-up minutes from ``geneva_drive_execution_minutes``, the rest
+    from the executions (:mod:`geneva_drive.rollups`)."""
+    found: dict[tuple[str, int, str], int] = rollups.chart_counts(session, since, seconds, until)
     return found
 
 
-#: A bucket that ended this long ago is settled: no execution finishes into it any more. The
-#: margin covers a worker whose clock is behind the dashboard's and a transaction that set
-#: ``finished_at`` and committed later.
-SETTLE_AFTER = timedelta(minutes=5)
+#: A bucket that ended this long ago is settled: no execution finishes into it any more (the
+#: rollup's definition, which explains the margin).
+SETTLE_AFTER = rollups.SETTLE_AFTER
 
 _settled_lock = threading.Lock()
 

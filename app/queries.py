@@ -32,7 +32,7 @@ from sqlalchemy import (
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, aliased
 
-from geneva_drive import children, lateness, limits
+from geneva_drive import children, lateness, limits, rollups
 from geneva_drive.dialects import dialect_for
 from geneva_drive.dialects.base import SubqueryFirst
 from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
@@ -695,30 +695,12 @@ class FailureGroup:
 
 
 def failure_groups(session: Session, window: timedelta, limit: int = 100) -> list[FailureGroup]:
-    """Failed executions in ``window`` grouped by (class, step, error class), most first."""
-    since = utcnow() - window
-    count = func.count().label("n")
-    rows = session.execute(
-        select(
-            Workflow.type,
-            StepExecution.step_name,
-            StepExecution.error_class_name,
-            count,
-            func.max(StepExecution.failed_at),
-            func.max(StepExecution.id),
-        )
-        .join(Workflow, Workflow.id == StepExecution.workflow_id)
-        # The failed_at index (partial on failed rows; SQLite: see _off_index) holds only
-        # failures: the window is a range of it, whatever the history behind it.
-        .where(
-            _off_index(session, StepExecution.state) == StepState.FAILED,
-            StepExecution.failed_at >= since,
-        )
-        .group_by(Workflow.type, StepExecution.step_name, StepExecution.error_class_name)
-        .order_by(count.desc())
-        .limit(limit)
-    ).all()
-    last_ids = [row[5] for row in rows]
+    """Failed executions in ``window`` grouped by (class, step, error class), most first:
+    rolled-up minutes from ``geneva_drive_execution_minutes``, the rest from the failed
+    executions (:mod:`geneva_drive.rollups`), so a 7-day window costs what its minutes cost,
+    not what its failures cost."""
+    groups = rollups.failure_counts(session, utcnow() - window)[:limit]
+    last_ids = [group.last_execution_id for group in groups]
     messages = dict(
         session.execute(
             select(StepExecution.id, StepExecution.error_message).where(
@@ -728,14 +710,14 @@ def failure_groups(session: Session, window: timedelta, limit: int = 100) -> lis
     )
     return [
         FailureGroup(
-            workflow_class=type_name,
-            step_name=step_name,
-            error_class=error_class or "(unknown)",
-            count=int(n),
-            last_failed_at=_aware(last_failed),
-            last_message=messages.get(last_id),
+            workflow_class=group.workflow_class,
+            step_name=group.step_name,
+            error_class=group.error_class or "(unknown)",
+            count=group.count,
+            last_failed_at=group.last_failed_at,
+            last_message=messages.get(group.last_execution_id),
         )
-        for type_name, step_name, error_class, n, last_failed, last_id in rows
+        for group in groups
     ]
 
 

@@ -21,7 +21,9 @@ One :func:`run` does, in the gem's order:
    buffered). Its step is a ``removed_step``: it is skipped and the next step scheduled. Its
    step no longer waits for a signal: it is sent to run. Only registered classes are judged
    (a process that did not import a class must not pause its workflows).
-5. **Gauges** through :mod:`geneva_drive.metrics_facade`.
+5. **Rollup** of the executions that finished in each settled minute, for the charts and the
+   failures page (:mod:`geneva_drive.rollups`; issue 26).
+6. **Gauges** through :mod:`geneva_drive.metrics_facade`.
 
 Recovery locks the workflow, then the execution (both re-read) and does nothing unless the
 execution is still scheduled or in_progress. ``stuck_recovery_action``:
@@ -75,6 +77,7 @@ from geneva_drive import (
     limits,
     metrics,
     registry,
+    rollups,
     scheduling,
     signals,
     transitions,
@@ -149,6 +152,11 @@ def run(now: datetime | None = None) -> HousekeepingReport:
         report.stranded_waiting_released = release_stranded_waiting()
 
     _guarded("stranded waiting", stranded)
+
+    def rollup() -> None:
+        rollups.roll_up(moment)
+
+    _guarded("execution minutes rollup", rollup)
     _guarded("gauges", lambda: report_gauges(moment))
     log.info("Completed: %s", report.as_dict())
     if housekeeping_performed.receivers:

@@ -64,6 +64,8 @@ ENGINE_TABLE_NAMES = frozenset(
         "geneva_drive_dashboard_sessions",
         "geneva_drive_limits",
         "geneva_drive_workflow_counts",
+        "geneva_drive_execution_minutes",
+        "geneva_drive_rollup_marks",
     }
 )
 
@@ -530,6 +532,45 @@ class WorkflowCount(Base):
 
     def __repr__(self) -> str:
         return f"<WorkflowCount {self.type}/{self.state}#{self.shard} {self.count}>"
+
+
+class ExecutionMinute(Base):
+    """Step executions that finished in one minute, per (class, step, kind, error class):
+    what the charts and the failures page read instead of every execution of their window
+    (issue 26). Rolled up by housekeeping from the executions of settled minutes and written
+    only by :mod:`geneva_drive.rollups`; minutes not rolled up yet are read from the
+    executions. ``minute`` is whole minutes since 1970-01-01 UTC."""
+
+    __tablename__ = "geneva_drive_execution_minutes"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    minute: Mapped[int] = mapped_column(BigInteger, nullable=False, index=True)
+    type: Mapped[str] = mapped_column(String(255), nullable=False)
+    step_name: Mapped[str] = mapped_column(String(255), nullable=False)
+    #: ``completed``, ``failed`` or ``reattempted`` (``geneva_drive.rollups.KIND``).
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    #: The failed executions' error class; ``""`` for the other kinds.
+    error_class_name: Mapped[str] = mapped_column(String(255), nullable=False, default="")
+    count: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    last_finished_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    #: The newest execution counted here (the failures page shows its message while it is kept).
+    last_execution_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
+
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+
+class RollupMark(Base):
+    """How far a rollup has gone: every minute in ``[from_minute, until_minute)`` is rolled up
+    (``geneva_drive.rollups``). One row per rollup, locked by the pass that moves it, so two
+    housekeeping passes never count a minute twice."""
+
+    __tablename__ = "geneva_drive_rollup_marks"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    from_minute: Mapped[int | None] = mapped_column(BigInteger)
+    until_minute: Mapped[int | None] = mapped_column(BigInteger)
+
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
 
 
 # --- MariaDB and MySQL: no partial indexes -----------------------------------------------------

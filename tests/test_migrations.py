@@ -25,6 +25,8 @@ ENGINE_TABLES = {
     "geneva_drive_dashboard_sessions",
     "geneva_drive_limits",
     "geneva_drive_workflow_counts",
+    "geneva_drive_execution_minutes",
+    "geneva_drive_rollup_marks",
 }
 
 

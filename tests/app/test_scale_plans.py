@@ -16,9 +16,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 
-from geneva_drive.models import Signal, StepExecution, utcnow
+from geneva_drive.models import ExecutionMinute, Signal, StepExecution, utcnow
 from geneva_drive.testing import speedrun_workflow
 from tests.app.conftest import DashPayment
 from tests.app.plans import full_scans, page_plans
@@ -68,6 +68,31 @@ def test_failures_read_recent_failures_through_the_failed_at_index(app, geneva_s
     _statement, plan = _statement_reading(plans, "max(geneva_drive_step_executions.failed_at)")
     assert "index_geneva_drive_step_executions_failed_at" in plan, plan
     assert not [(s[:200], _full_scans(p)) for s, p in plans if _full_scans(p)]
+
+
+@pytest.mark.parametrize("url", ["/failures?window=7d", "/"])
+def test_after_the_roll_up_the_failures_and_charts_read_minutes_through_their_index(
+    app, geneva_session, url
+):
+    """Once housekeeping has rolled up the settled minutes (engine/rollups.py), the failures
+    page and the overview's charts read them through the minute index, and the executions
+    only for the minutes since the mark: no walk of any of those tables."""
+    from geneva_drive import housekeeping
+
+    _failed(geneva_session)
+    geneva_session.execute(
+        update(StepExecution)
+        .where(StepExecution.failed_at.is_not(None))
+        .values(failed_at=utcnow() - timedelta(days=2), finished_at=utcnow() - timedelta(days=2))
+    )
+    geneva_session.commit()
+    housekeeping.run()
+    assert geneva_session.scalar(select(func.count()).select_from(ExecutionMinute))
+    plans = _plans(app, url)
+    _statement, plan = _statement_reading(plans, "FROM geneva_drive_execution_minutes")
+    assert "ix_geneva_drive_execution_minutes_minute" in plan, plan
+    scanned = (*SCANNED, "geneva_drive_execution_minutes")
+    assert not [(s[:200], full_scans(p, scanned)) for s, p in plans if full_scans(p, scanned)]
 
 
 def test_failures_count_only_failures_in_the_window(geneva_session):
