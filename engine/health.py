@@ -95,10 +95,16 @@ def _ready_without_execution(now: datetime) -> Rows:
 
 
 def _performing_without_execution(now: datetime) -> Rows:
+    # NOT IN over the running executions, not NOT EXISTS: the statistics of a table of history
+    # put the running ones at about one row, so PostgreSQL nested-looped every performing
+    # workflow over a scan of all running executions (2,000 x 2,000 rows: 127 ms at 10M
+    # workflows, issue 26); NOT IN hashes them once. workflow_id is NOT NULL, so NOT IN
+    # cannot meet a NULL.
+    running = select(StepExecution.workflow_id).where(StepExecution.state == StepState.IN_PROGRESS)
     return select(Workflow.id, Workflow.type, literal(None).label("execution_id")).where(
         Workflow.state == WorkflowState.PERFORMING,
         _settled(now),
-        ~_current_exists(StepState.IN_PROGRESS),
+        Workflow.id.not_in(running),
     )
 
 
