@@ -70,7 +70,10 @@ class PostgreSQLDialect(Dialect):
         session.execute(text("SET LOCAL jit = off"))
 
     def json_impl(self, dialect: SQLAlchemyDialect) -> Any:
-        return dialect.type_descriptor(JSONB())
+        # None is SQL NULL, as on the other backends (their JSON is text, and None stays
+        # None): JSONB's default writes a JSON ``null`` for a None it is handed, so an
+        # archive's restore (a Core insert of every column) turned empty columns into ``null``.
+        return dialect.type_descriptor(JSONB(none_as_null=True))
 
     def json_native(self, dialect: SQLAlchemyDialect) -> bool:
         return True

@@ -178,6 +178,42 @@ def test_archive_writes_verifies_deletes_and_restores_into_an_empty_database(
         other.dispose()
 
 
+def _sql_nulls(session: Session, ids: set[int] | None = None) -> dict[str, set[int]]:
+    """Per JSON column (``table.column``): the ids of the rows where it IS NULL in SQL (the ORM
+    reads a JSON ``null`` as None too, so ``_rows`` cannot tell them apart)."""
+    from geneva_drive.models import JSONType
+
+    found = {}
+    for table in TABLES:
+        for column in table.c:
+            if not isinstance(column.type, JSONType):
+                continue
+            query = select(table.c.id).where(column.is_(None))
+            if ids is not None:
+                owner = table.c.id if table is Workflow.__table__ else table.c.workflow_id
+                query = query.where(owner.in_(ids))
+            found[f"{table.name}.{column.name}"] = set(session.scalars(query))
+    return found
+
+
+def test_an_empty_json_column_is_restored_empty_not_as_json_null(geneva_session, tmp_path):
+    session = geneva_session
+    made = _history(session)
+    old_ids = {workflow_id for workflow_id, _days in made["old"]}
+    before = _sql_nulls(session, old_ids)
+    # The engine leaves the JSON columns of most rows empty (SQL NULL): a cursor, a payload, an
+    # execution's metadata only where a step set them.
+    assert before["geneva_drive_step_executions.cursor"]
+    report = archive.archive(timedelta(days=30), tmp_path / "archive")
+    other = create_test_database(tmp_path / "restored")
+    try:
+        archive.restore(report.files, session_scope=lambda: _scope_on(other.engine))
+        with _scope_on(other.engine) as fresh:
+            assert _sql_nulls(fresh) == before
+    finally:
+        other.dispose()
+
+
 def test_a_damaged_archive_is_refused_whole(geneva_session, tmp_path):
     _history(geneva_session)
     report = archive.archive(timedelta(days=30), tmp_path)
