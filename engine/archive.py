@@ -52,7 +52,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import Table, bindparam, delete, func, insert, select, text, true, tuple_, update
+from sqlalchemy import Table, bindparam, delete, func, select, text, true, tuple_, update
 from sqlalchemy.orm import Session
 
 from geneva_drive import counts, db
@@ -122,25 +122,41 @@ def _default_scope() -> SessionScope:
 # --- encoding ----------------------------------------------------------------------------------
 
 
-def _encode(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+def _default(value: Any) -> Any:
+    """JSON for what ``json`` does not encode: datetimes as ISO 8601 with their offset."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
 
 
-def _decode(table: Table, row: dict[str, Any]) -> dict[str, Any]:
-    decoded = {}
-    for key, value in row.items():
-        if key not in table.c:
-            raise ArchiveError(
-                f"{table.name} has no column {key!r} (an archive of another version)"
-            )
-        if value is not None and isinstance(table.c[key].type, UTCDateTime):
-            value = datetime.fromisoformat(value)
-        decoded[key] = value
-    return decoded
+# One encoder for every line (``json.dumps`` with options builds one per call).
+_ENCODER = json.JSONEncoder(separators=(",", ":"), sort_keys=True, default=_default)
 
 
 def _line(record: dict[str, Any]) -> bytes:
-    return json.dumps(record, separators=(",", ":"), sort_keys=True, default=str).encode() + b"\n"
+    return _ENCODER.encode(record).encode() + b"\n"
+
+
+class _Decoder:
+    """A table's archived rows back to the values the engine wrote: ISO strings of its
+    timestamp columns to datetimes; a column the table does not have refused."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.columns = frozenset(table.c.keys())
+        self.datetimes = tuple(c.key for c in table.c if isinstance(c.type, UTCDateTime))
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
+        unknown = row.keys() - self.columns
+        if unknown:
+            raise ArchiveError(
+                f"{self.table.name} has no column {min(unknown)!r} (an archive of another version)"
+            )
+        for key in self.datetimes:
+            value = row.get(key)
+            if value is not None:
+                row[key] = datetime.fromisoformat(value)
+        return row
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -154,7 +170,8 @@ class _DayFile:
         self.path = _free_name(directory, day)
         self.partial = self.path.with_name(self.path.name + ".partial")
         self._raw: IO[bytes] = open(self.partial, "wb")  # noqa: SIM115 - closed in finish()
-        self._gzip = gzip.GzipFile(fileobj=self._raw, mode="wb", mtime=0)
+        # Level 6 (zlib's default) rather than gzip's 9: about twice as fast, a few percent larger.
+        self._gzip = gzip.GzipFile(fileobj=self._raw, mode="wb", mtime=0, compresslevel=6)
         self.digest = hashlib.sha256()
         self.counts = dict.fromkeys(TABLES, 0)
         #: workflow id -> (executions, signals) written: checked again before the delete.
@@ -162,7 +179,7 @@ class _DayFile:
         self._gzip.write(_line({"format": FORMAT, "version": VERSION, "day": day.isoformat()}))
 
     def write(self, table: str, row: dict[str, Any]) -> None:
-        line = _line({"table": table, "row": _encode(row)})
+        line = _line({"table": table, "row": row})
         self.digest.update(line)
         self.counts[table] += 1
         self._gzip.write(line)
@@ -219,15 +236,22 @@ def _sync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+#: How each record line ends: its keys are sorted, so the table's name comes last.
+_LINE_ENDINGS = {f',"table":"{name}"}}\n'.encode(): name for name in TABLES}
+
+
 def verify(path: Path) -> dict[str, Any]:
     """Read ``path`` whole: its trailer, checked against the records it holds.
 
     Raises :class:`ArchiveError` for a file that is not an archive, is truncated, or whose
-    records do not match its trailer.
+    records do not match its trailer. The record lines are counted by table and hashed, not
+    parsed: the digest matching the trailer's shows they are the lines that were written (and
+    a restore parses each as it loads it).
     """
     digest = hashlib.sha256()
     found = dict.fromkeys(TABLES, 0)
     trailer: dict[str, Any] | None = None
+    endings = tuple(_LINE_ENDINGS.items())
     try:
         with gzip.open(path, "rb") as stream:
             header = json.loads(stream.readline() or b"null")
@@ -236,13 +260,15 @@ def verify(path: Path) -> dict[str, Any]:
             for line in stream:
                 if trailer is not None:
                     raise ArchiveError(f"{path}: records after the trailer")
-                record = json.loads(line)
-                if record.get("end"):
-                    trailer = record
+                if line.startswith(b'{"end":'):
+                    trailer = json.loads(line)
                     continue
-                if record.get("table") not in found:
-                    raise ArchiveError(f"{path}: a record of unknown table {record.get('table')!r}")
-                found[record["table"]] += 1
+                for ending, table in endings:
+                    if line.endswith(ending):
+                        found[table] += 1
+                        break
+                else:
+                    raise ArchiveError(f"{path}: a record of no known table: {line[:80]!r}")
                 digest.update(line)
     except (OSError, EOFError, ValueError) as error:
         raise ArchiveError(f"{path} cannot be read: {error}") from error
@@ -262,14 +288,14 @@ def verify(path: Path) -> dict[str, Any]:
 
 def records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """(table, decoded row) of every record of an archive file, in file order."""
-    tables = _tables()
+    decoders = {name: _Decoder(table) for name, table in _tables().items()}
     with gzip.open(path, "rb") as stream:
         stream.readline()
         for line in stream:
             record = json.loads(line)
             if record.get("end"):
                 return
-            yield record["table"], _decode(tables[record["table"]], record["row"])
+            yield record["table"], decoders[record["table"]](record["row"])
 
 
 def archive(
@@ -481,9 +507,10 @@ def _load(
             owner = row["id"] if table == WORKFLOWS else row["workflow_id"]
             if owner not in present:
                 by_table[table].append(row)
+        dialect = dialect_for(session)
         for name in TABLES:
             if by_table[name]:
-                session.execute(insert(tables[name]), by_table[name])
+                dialect.bulk_insert(session, tables[name], by_table[name])
         for row in by_table[WORKFLOWS]:
             counts.record(session, row["type"], None, row["state"])
         session.commit()

@@ -27,6 +27,7 @@ from sqlalchemy import (
     Table,
     Text,
     Update,
+    insert,
 )
 from sqlalchemy.engine.interfaces import Dialect as SQLAlchemyDialect
 from sqlalchemy.ext.compiler import compiles
@@ -238,6 +239,11 @@ class Dialect:
         key (its rowcount is 0 then, 1 otherwise): a dedup read and an INSERT in one round
         trip (a child's end, reported once)."""
         raise NotImplementedError(f"{self.name}: no insert-unless-duplicate")
+
+    def bulk_insert(self, session: Session, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert ``rows`` (every column of ``table``, Python values) in ``session``'s
+        transaction, as fast as the backend takes many rows (an archive restored)."""
+        session.execute(insert(table), list(rows))
 
     def advance_id_sequences(self, session: Session, tables: Iterable[str]) -> None:
         """After rows were inserted with explicit ids (an archive restored): make the next new
