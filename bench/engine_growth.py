@@ -35,7 +35,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import bindparam, create_engine, text
 
 from bench.common import RECOUNT_SQL
 
@@ -61,9 +61,11 @@ WORKFLOW_CLASS = "GrowthPayment"
 #
 # History, by ``id % 100``: 0-94 finished, 95-99 canceled; every tenth failed once at charge (an
 # attempt, then the step succeeded on its reattempt). The live set, by ``(id - history) % 15``:
-# 0-3 paused after a failure at charge, 4-8 ready with a scheduled execution (one in fifty of
-# them overdue by minutes), 9-11 parked at confirm (a signal wait), 12-13 in progress, 14 in
-# progress and stuck (started two hours ago).
+# 0-3 paused after a failure at charge, 4-8 ready with a scheduled execution of ship (one in
+# fifty of them overdue by minutes), 9-11 parked at confirm (a signal wait), 12-13 in progress
+# at charge, 14 in progress at charge and stuck (started two hours ago). A live workflow's
+# current execution is of the step its row names (before 2026-12-04 every seventh execution was
+# named ship, so the parked ones looked stranded to housekeeping).
 SEED = [
     """
     INSERT INTO geneva_drive_workflows (id, type, hero_type, hero_id, state, current_step_name,
@@ -91,7 +93,11 @@ SEED = [
         scheduled_for, started_at, completed_at, failed_at, finished_at, error_class_name,
         error_message, created_at, updated_at, sent_at, waiting_since)
     SELECT w,
-        (ARRAY['authorize','legacy_capture','charge','charge','confirm','ship','ship'])[k],
+        CASE WHEN k = 7 AND w > :h THEN (ARRAY['charge','ship','confirm','charge'])[
+                CASE WHEN (w - :h) % 15 < 4 THEN 1 WHEN (w - :h) % 15 < 9 THEN 2
+                     WHEN (w - :h) % 15 < 12 THEN 3 ELSE 4 END]
+             ELSE (ARRAY['authorize','legacy_capture','charge','charge','confirm','ship','ship'])[k]
+        END,
         x.state, NULL,
         x.at, CASE WHEN x.state NOT IN ('scheduled', 'waiting') THEN x.at - interval '200 ms' END,
         NULL,
@@ -139,6 +145,87 @@ SEED = [
 #: The tables the seed fills; their secondary indexes are built after the rows (much faster).
 SEEDED_TABLES = ("geneva_drive_workflows", "geneva_drive_step_executions", "geneva_drive_signals")
 
+# The same seed on MariaDB: its sequence engine's ``seq_A_to_B`` tables stand for
+# ``generate_series``, ``@now`` (set once per seed) for the transaction's ``now()``, and
+# ``INTERVAL … MICROSECOND`` for ``make_interval``. MariaDB has no LATERAL: the per-row values
+# are computed in a derived table. Rows go in chunks of ``MARIADB_CHUNK`` workflows, one
+# transaction each, in primary-key order (``STRAIGHT_JOIN``: workflow outer, step inner).
+MARIADB_CHUNK = 50_000
+MARIADB_SEED = [
+    """
+    INSERT INTO geneva_drive_workflows (id, type, hero_type, hero_id, state, current_step_name,
+        next_step_name, allow_multiple, started_at, transitioned_at, created_at, updated_at)
+    SELECT g, :cls, 'Order', CAST(g AS CHAR),
+        CASE WHEN g <= :h AND g % 100 < 95 THEN 'finished' WHEN g <= :h THEN 'canceled'
+             WHEN (g - :h) % 15 < 4 THEN 'paused' WHEN (g - :h) % 15 < 12 THEN 'ready'
+             ELSE 'performing' END,
+        CASE WHEN g > :h AND (g - :h) % 15 >= 12 THEN 'charge' END,
+        CASE WHEN g <= :h THEN NULL WHEN (g - :h) % 15 < 4 THEN 'charge'
+             WHEN (g - :h) % 15 < 9 THEN 'ship' WHEN (g - :h) % 15 < 12 THEN 'confirm'
+             ELSE 'ship' END,
+        1,
+        ended - INTERVAL 10 MINUTE, ended, ended - INTERVAL 10 MINUTE, ended
+    FROM (SELECT seq AS g, CASE WHEN seq <= :h
+            THEN @now - INTERVAL 2 MINUTE
+                - INTERVAL ROUND((:h - seq) * 86400000000 / :per_day) MICROSECOND
+            ELSE @now - INTERVAL ROUND((:n - seq) * 3600000000 / GREATEST(:n - :h, 1))
+                MICROSECOND END AS ended
+        FROM seq_{first}_to_{last}) AS t
+    """,
+    """
+    INSERT INTO geneva_drive_step_executions (workflow_id, step_name, state, outcome,
+        scheduled_for, started_at, completed_at, failed_at, finished_at, error_class_name,
+        error_message, created_at, updated_at, sent_at, waiting_since)
+    SELECT w,
+        CASE WHEN k = 7 AND w > :h THEN ELT(
+                CASE WHEN (w - :h) % 15 < 4 THEN 1 WHEN (w - :h) % 15 < 9 THEN 2
+                     WHEN (w - :h) % 15 < 12 THEN 3 ELSE 4 END,
+                'charge', 'ship', 'confirm', 'charge')
+             ELSE ELT(k, 'authorize', 'legacy_capture', 'charge', 'charge', 'confirm', 'ship', 'ship')
+        END,
+        st, NULL,
+        at, CASE WHEN st NOT IN ('scheduled', 'waiting') THEN at - INTERVAL 200000 MICROSECOND END,
+        NULL,
+        CASE WHEN st = 'failed' THEN at END,
+        CASE WHEN st IN ('completed', 'failed', 'canceled') THEN at END,
+        CASE WHEN st = 'failed' THEN 'builtins.RuntimeError' END,
+        CASE WHEN st = 'failed' THEN 'card declined' END,
+        at, at,
+        CASE WHEN st = 'scheduled' THEN @now END,
+        CASE WHEN st = 'waiting' THEN at END
+    FROM (SELECT w.seq AS w, k.seq AS k,
+            CASE
+                WHEN k.seq = 3 AND w.seq % 10 = 0 THEN 'failed'
+                WHEN k.seq < 7 OR (w.seq <= :h AND w.seq % 100 < 95) THEN 'completed'
+                WHEN w.seq <= :h THEN 'canceled'
+                WHEN (w.seq - :h) % 15 < 4 THEN 'failed'
+                WHEN (w.seq - :h) % 15 < 9 THEN 'scheduled'
+                WHEN (w.seq - :h) % 15 < 12 THEN 'waiting'
+                ELSE 'in_progress' END AS st,
+            CASE
+                WHEN w.seq <= :h THEN @now - INTERVAL 2 MINUTE - INTERVAL
+                    ROUND((:h - w.seq) * 86400000000 / :per_day + (7 - k.seq) * 60000000)
+                    MICROSECOND
+                WHEN k.seq < 7 THEN @now - INTERVAL ROUND((:n - w.seq) * 3600000000
+                    / GREATEST(:n - :h, 1) + (7 - k.seq) * 5000000) MICROSECOND
+                WHEN (w.seq - :h) % 15 BETWEEN 4 AND 8 AND w.seq % 50 = 0
+                    THEN @now - INTERVAL (3 + w.seq % 7) MINUTE
+                WHEN (w.seq - :h) % 15 BETWEEN 4 AND 8 THEN @now + INTERVAL (w.seq % 3600) SECOND
+                WHEN (w.seq - :h) % 15 = 14 THEN @now - INTERVAL 2 HOUR
+                ELSE @now - INTERVAL ((:n - w.seq) % 600) SECOND END AS at
+        FROM seq_{first}_to_{last} AS w STRAIGHT_JOIN seq_1_to_7 AS k) AS x
+    """,
+    """
+    INSERT INTO geneva_drive_signals (workflow_id, name, state, claimed, consumed, created_at,
+        updated_at)
+    SELECT g.seq, 'confirm',
+        CASE WHEN g.seq > :h AND ((g.seq - :h) % 15 < 4 OR ((g.seq - :h) % 15 < 9 AND g.seq % 5 = 0))
+             THEN 'pending' ELSE 'consumed' END,
+        0, 0, w.created_at, w.created_at
+    FROM seq_{first}_to_{last} AS g JOIN geneva_drive_workflows AS w ON w.id = g.seq
+    """,
+]
+
 
 def _workflow_class() -> Any:
     from geneva_drive import Workflow, removed_step, step
@@ -169,6 +256,8 @@ def _workflow_class() -> Any:
 
 
 def seed(url: str, workflows: int, live: int, per_day: int) -> float:
+    if url.startswith("mysql"):
+        return seed_mariadb(url, workflows, live, per_day)
     from geneva_drive.models import Base
 
     engine = create_engine(url)
@@ -195,6 +284,56 @@ def seed(url: str, workflows: int, live: int, per_day: int) -> float:
         for _name, definition in indexes:
             connection.exec_driver_sql(definition)
         connection.exec_driver_sql("VACUUM ANALYZE")
+    engine.dispose()
+    return time.perf_counter() - started
+
+
+def seed_mariadb(url: str, workflows: int, live: int, per_day: int) -> float:
+    """The seed on MariaDB: the tables as the engine creates them (its generated columns stand
+    for PostgreSQL's partial indexes), the secondary indexes dropped, the rows in chunks, then
+    the indexes added back in one ``ALTER TABLE`` per table and the statistics read."""
+    from geneva_drive.models import Base
+
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    started = time.perf_counter()
+    Base.metadata.create_all(engine)
+    values = {"n": workflows, "h": workflows - live, "per_day": per_day, "cls": WORKFLOW_CLASS}
+    with engine.connect() as connection:
+        rows = connection.execute(
+            text(
+                "SELECT table_name, index_name, non_unique, column_name, sub_part"
+                " FROM information_schema.statistics WHERE table_schema = DATABASE()"
+                " AND table_name IN :t AND index_name <> 'PRIMARY'"
+                " ORDER BY table_name, index_name, seq_in_index"
+            ).bindparams(bindparam("t", expanding=True)),
+            {"t": list(SEEDED_TABLES)},
+        ).all()
+        indexes: dict[tuple[str, str], tuple[bool, list[str]]] = {}
+        for table, name, non_unique, column, sub_part in rows:
+            unique, columns = indexes.setdefault((table, name), (not non_unique, []))
+            columns.append(f"`{column}`" + (f"({sub_part})" if sub_part else ""))
+        dropped: dict[str, list[str]] = {}
+        connection.exec_driver_sql("SET SESSION foreign_key_checks = 0, unique_checks = 0")
+        for (table, name), (unique, columns) in indexes.items():
+            try:
+                connection.exec_driver_sql(f"ALTER TABLE `{table}` DROP INDEX `{name}`")
+            except Exception:  # the index a foreign key needs cannot be dropped: it stays
+                continue
+            kind = "UNIQUE INDEX" if unique else "INDEX"
+            dropped.setdefault(table, []).append(f"ADD {kind} `{name}` ({', '.join(columns)})")
+        connection.exec_driver_sql("SET @now = UTC_TIMESTAMP(6)")
+        for statement in MARIADB_SEED:
+            for first in range(1, workflows + 1, MARIADB_CHUNK):
+                last = min(first + MARIADB_CHUNK - 1, workflows)
+                connection.execute(
+                    text(statement.replace("{first}", str(first)).replace("{last}", str(last))),
+                    values,
+                )
+        connection.execute(text(RECOUNT_SQL))
+        for table, additions in dropped.items():
+            connection.exec_driver_sql(f"ALTER TABLE `{table}` {', '.join(additions)}")
+        for table in SEEDED_TABLES:
+            connection.exec_driver_sql(f"ANALYZE TABLE `{table}`").all()
     engine.dispose()
     return time.perf_counter() - started
 
@@ -293,6 +432,8 @@ def statements(session: Any, cls: Any, cutoff: datetime) -> dict[str, tuple[str,
 
 
 def explain(url: str, compiled: dict[str, tuple[str, Any]]) -> dict[str, dict[str, Any]]:
+    if url.startswith("mysql"):
+        return explain_mariadb(url, compiled)
     engine = create_engine(url)
     out = {}
     with engine.connect() as connection:
@@ -313,6 +454,43 @@ def explain(url: str, compiled: dict[str, tuple[str, Any]]) -> dict[str, dict[st
             connection.rollback()
     engine.dispose()
     return out
+
+
+def explain_mariadb(url: str, compiled: dict[str, tuple[str, Any]]) -> dict[str, dict[str, Any]]:
+    """MariaDB's ``ANALYZE FORMAT=JSON`` (the statement run, its time and rows read per table)
+    and ``EXPLAIN``'s table of the plan; it has no buffer counts, so ``buffers`` is the rows
+    the plan read (``r_rows`` times ``r_loops``, summed over tables)."""
+    engine = create_engine(url)
+    out = {}
+    with engine.connect() as connection:
+        for name, (sql, parameters) in compiled.items():
+            analyzed = json.loads(
+                connection.exec_driver_sql("ANALYZE FORMAT=JSON " + sql, parameters).scalar_one()
+            )
+            connection.rollback()
+            plan = connection.exec_driver_sql("EXPLAIN " + sql, parameters)
+            header = "\t".join(plan.keys())
+            text_plan = [header, *("\t".join(str(v) for v in row) for row in plan.fetchall())]
+            connection.rollback()
+            out[name] = {
+                "ms": round(float(analyzed["query_block"].get("r_total_time_ms", 0.0)), 3),
+                "buffers": round(_rows_read(analyzed)),
+                "plan": "\n".join(text_plan),
+            }
+    engine.dispose()
+    return out
+
+
+def _rows_read(node: Any) -> float:
+    """The rows a MariaDB ``ANALYZE FORMAT=JSON`` plan read, over every table it names."""
+    if isinstance(node, list):
+        return sum(_rows_read(item) for item in node)
+    if not isinstance(node, dict):
+        return 0.0
+    here = 0.0
+    if "table_name" in node and "r_rows" in node:
+        here = float(node.get("r_rows") or 0) * float(node.get("r_loops") or 1)
+    return here + sum(_rows_read(value) for key, value in node.items() if key != "r_rows")
 
 
 def time_pages(url: str, repeats: int, newest: int) -> dict[str, float]:
@@ -405,6 +583,31 @@ def time_housekeeping(repeats: int, cutoff: datetime) -> float:
     return round(statistics.median(samples), 2)
 
 
+def time_housekeeping_pass(repeats: int) -> float:
+    """A whole housekeeping pass (``housekeeping.run``: cleanup, both stuck recoveries, the
+    stranded-waiting release, the rollup, the gauges) with nothing to act on, median ms.
+
+    The seed's stuck executions (started two hours ago) and overdue ones (minutes late) are
+    what a deployment's earlier passes would already have recovered: the thresholds are set
+    past them, so the pass reads what it reads every five minutes and changes nothing.
+    """
+    from geneva_drive import housekeeping
+    from geneva_drive.config import settings
+
+    kept = (settings.stuck_in_progress_threshold, settings.stuck_scheduled_threshold)
+    settings.stuck_in_progress_threshold = settings.stuck_scheduled_threshold = timedelta(days=1)
+    samples = []
+    try:
+        for _ in range(repeats):
+            started = time.perf_counter()
+            report = housekeeping.run()
+            samples.append((time.perf_counter() - started) * 1000)
+            assert not any(report.as_dict().values()), report.as_dict()
+    finally:
+        settings.stuck_in_progress_threshold, settings.stuck_scheduled_threshold = kept
+    return round(statistics.median(samples), 2)
+
+
 def time_metrics(url: str, repeats: int) -> float:
     """An uncached ``/metrics`` snapshot (every database gauge's statements), median ms."""
     from geneva_drive import db, metrics
@@ -494,6 +697,39 @@ def counts_equal_sql(url: str) -> bool:
         session.close()
 
 
+def database_url(server: str, database: str) -> str:
+    """The URL of ``database`` on ``server`` (a PostgreSQL or MariaDB URL without one)."""
+    if server.startswith("mysql"):
+        return f"{server}/{database}?ssl_disabled=true"
+    return f"{server}/{database}"
+
+
+def create_database(server: str, database: str) -> None:
+    """``database`` dropped (if there) and created empty on ``server``."""
+    if server.startswith("mysql"):
+        from bench.common import reset_mariadb_database
+
+        reset_mariadb_database(database, database_url(server, "mysql"))
+        return
+    admin = create_engine(f"{server}/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        connection.exec_driver_sql(f'CREATE DATABASE "{database}"')
+    admin.dispose()
+
+
+def drop_database(server: str, database: str) -> None:
+    if server.startswith("mysql"):
+        from bench.common import drop_mariadb_database
+
+        drop_mariadb_database(database, database_url(server, "mysql"))
+        return
+    admin = create_engine(f"{server}/postgres", isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    admin.dispose()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--workflows", type=int, default=10_000)
@@ -522,13 +758,12 @@ def main() -> None:
     parser.add_argument("--json")
     args = parser.parse_args()
     live = min(args.live, args.workflows)
+    if args.without and args.server.startswith("mysql"):
+        parser.error("--without-0007 is PostgreSQL's (MariaDB has no partial indexes to drop)")
 
-    admin = create_engine(f"{args.server}/postgres", isolation_level="AUTOCOMMIT")
+    url = database_url(args.server, args.database)
     if not args.reuse:
-        with admin.connect() as connection:
-            connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)')
-            connection.exec_driver_sql(f'CREATE DATABASE "{args.database}"')
-    url = f"{args.server}/{args.database}"
+        create_database(args.server, args.database)
     result: dict[str, Any] = {
         "workflows": args.workflows,
         "live": live,
@@ -575,15 +810,12 @@ def main() -> None:
         result["pages_ms"] = time_pages(url, args.repeats, args.workflows)
         result["metrics_uncached_ms"] = time_metrics(url, args.repeats)
         result["housekeeping_nothing_to_do_ms"] = time_housekeeping(args.repeats, cutoff)
+        result["housekeeping_pass_nothing_to_do_ms"] = time_housekeeping_pass(args.repeats)
         result["counts_equal_sql"] = counts_equal_sql(url)
         result["load_after"] = [round(x, 2) for x in os.getloadavg()]
     finally:
         if not args.keep:
-            with admin.connect() as connection:
-                connection.exec_driver_sql(
-                    f'DROP DATABASE IF EXISTS "{args.database}" WITH (FORCE)'
-                )
-        admin.dispose()
+            drop_database(args.server, args.database)
     for name, found in result.get("statements", {}).items():
         print(f"--- {name}: {found['ms']} ms, {found['buffers']} buffers\n{found['plan']}\n")
     print(json.dumps({k: v for k, v in result.items() if k != "statements"}, indent=2))
