@@ -20,15 +20,15 @@ import math
 import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import func, select
+from sqlalchemy import Table, func, select
 from sqlalchemy.orm import Session
 
 from geneva_drive import rollups
 from geneva_drive.dashboard.formatting import duration
 from geneva_drive.dashboard.queries import cached
-from geneva_drive.dialects import Dialect
+from geneva_drive.dialects import Dialect, dialect_for
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.states import StepState
 from geneva_drive.workflow import Workflow
@@ -313,11 +313,15 @@ def _bucket_labels() -> list[str]:
     return list(BUCKET_LABELS)
 
 
+#: The index the duration histograms read: completed executions newest first.
+DURATIONS_INDEX = "ix_geneva_drive_step_executions_finished_at"
+
+
 def durations(session: Session, workflow_type: str, window: timedelta) -> list[Distribution]:
     """Duration histograms per step of one class: executions completed within ``window``,
     at most :data:`DURATION_SAMPLE` of them (the newest), through the ``finished_at`` index."""
     since = utcnow() - window
-    rows = session.execute(
+    query = (
         select(StepExecution.step_name, StepExecution.started_at, StepExecution.finished_at)
         .join(Workflow, Workflow.id == StepExecution.workflow_id)
         .where(
@@ -328,7 +332,13 @@ def durations(session: Session, workflow_type: str, window: timedelta) -> list[D
         )
         .order_by(StepExecution.finished_at.desc())
         .limit(DURATION_SAMPLE)
-    ).all()
+    )
+    # MariaDB took the in-progress index (its ``started_at`` and a state column) instead and
+    # sorted every completed execution: 9.8 s at 1M workflows (bench/NOTES.md, issue 26).
+    query = dialect_for(session).through_index(
+        query, cast(Table, StepExecution.__table__), DURATIONS_INDEX
+    )
+    rows = session.execute(query).all()
     per_step: dict[str, list[float]] = {}
     for step_name, started, finished in rows:
         if started is not None and finished is not None:

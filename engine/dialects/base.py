@@ -169,6 +169,11 @@ class Dialect:
 
     def primary_key_only(self, query: Select[*_Ts], table: Table) -> Select[*_Ts]:
         """``query`` made to read ``table`` through its primary key (an index hint)."""
+        return self.through_index(query, table, "PRIMARY")
+
+    def through_index(self, query: Select[*_Ts], table: Table, index: str) -> Select[*_Ts]:
+        """``query`` made to read ``table`` through ``index`` where the backend's planner may
+        not pick it (an index hint); elsewhere ``query`` as it is."""
         return query
 
     # --- types --------------------------------------------------------------------------------

@@ -100,9 +100,9 @@ class MySQLDialect(Dialect):
         # InnoDB locks every row its scan reads before it tests the WHERE clause (issue 19).
         return True
 
-    def primary_key_only(self, query: Select[*_Ts], table: Table) -> Select[*_Ts]:
+    def through_index(self, query: Select[*_Ts], table: Table, index: str) -> Select[*_Ts]:
         for name in self.sqlalchemy_names:
-            query = query.with_hint(table, "FORCE INDEX (PRIMARY)", name)
+            query = query.with_hint(table, f"FORCE INDEX ({index})", name)
         return query
 
     def datetime_impl(self, dialect: SQLAlchemyDialect) -> Any:
