@@ -40,6 +40,7 @@ from sqlalchemy import create_engine, text
 
 from bench.common import child_env
 from bench.engine_growth import SERVER, create_database, database_url, drop_database
+from bench.engine_growth import counts_equal_sql as growth_counts_equal_sql
 
 TABLES = ("geneva_drive_workflows", "geneva_drive_step_executions", "geneva_drive_signals")
 TERMINAL = "('finished', 'canceled')"
@@ -107,28 +108,11 @@ def cli(url: str, *arguments: str) -> tuple[float, Any]:
 
 
 def counts_equal_sql(url: str) -> bool:
-    engine = create_engine(url)
-    with engine.connect() as connection:
-        shown = {
-            (t, s): int(n)
-            for t, s, n in connection.execute(
-                text(
-                    "SELECT type, state, sum(count) FROM geneva_drive_workflow_counts"
-                    " GROUP BY type, state HAVING sum(count) <> 0"
-                )
-            )
-        }
-        exact = {
-            (t, s): int(n)
-            for t, s, n in connection.execute(
-                text(
-                    "SELECT type, CASE WHEN state IN ('ready', 'performing') THEN 'ongoing'"
-                    " ELSE state END AS s, count(*) FROM geneva_drive_workflows GROUP BY 1, 2"
-                )
-            )
-        }
-    engine.dispose()
-    return shown == exact
+    """The counts table of ``url`` read as the overview reads it, equal to an exact count."""
+    from geneva_drive import db
+
+    db.configure(url)
+    return growth_counts_equal_sql(url)
 
 
 def main() -> None:

@@ -711,9 +711,9 @@ def create_database(server: str, database: str) -> None:
 
         reset_mariadb_database(database, database_url(server, "mysql"))
         return
+    drop_database(server, database)
     admin = create_engine(f"{server}/postgres", isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
-        connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
         connection.exec_driver_sql(f'CREATE DATABASE "{database}"')
     admin.dispose()
 
