@@ -422,15 +422,18 @@ _cache = SnapshotCache()
 
 
 def get_snapshot(
-    session: Session | None = None, *, max_age: float | None = None
+    session: Session | None = None,
+    *,
+    max_age: float | None = None,
+    bind: Engine | None = None,
 ) -> MetricsSnapshot:
     """The numbers of the overview page and of ``/metrics``, at most ``max_age`` s old.
 
     With ``session`` the queries (when due) run in it, e.g. Flask-SQLAlchemy's ``db.session``;
-    without one they run in a short session of their own on the engine's database.
-    ``max_age=0`` bypasses the cache.
+    without one they run in a short session of their own on ``bind`` (default: the engine's
+    database), which any thread may do. ``max_age=0`` bypasses the cache.
     """
-    return _cache.get(session, max_age=max_age)
+    return _cache.get(session, max_age=max_age, bind=bind)
 
 
 def clear_cache() -> None:

@@ -32,7 +32,9 @@ def overview() -> Any:
     window = request.args.get("window", "1h")
     if window not in queries.FAILURE_WINDOWS:
         window = "1h"
-    data = queries.overview(session(), window)
+    with queries.snapshot_beside(session()) as snapshot:
+        trends = charts.trends(session())
+        data = queries.overview(session(), window, snapshot)
     return render(
         "dashboard/overview.html",
         "dashboard/_overview.html",
@@ -41,7 +43,7 @@ def overview() -> Any:
         states=[s.value for s in WorkflowState],
         settings=settings,
         windows=list(queries.FAILURE_WINDOWS),
-        trends=charts.trends(session()),
+        trends=trends,
     )
 
 

@@ -167,3 +167,90 @@ def test_executions_of_lists_a_workflows_history_in_order(geneva_session):
     assert geneva_session.scalar(select(Workflow.state).where(Workflow.id == workflow.id)) == (
         "finished"
     )
+
+
+# --- the overview's snapshot beside the page -------------------------------------------------
+
+
+def _statements_by_thread(engine):  # type: ignore[no-untyped-def]
+    """``(record, stop)``: ``record`` fills with ``(thread name, statement)`` for each statement
+    ``engine`` runs until ``stop()``."""
+    import threading
+
+    from sqlalchemy import event
+
+    record: list[tuple[str, str]] = []
+
+    def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        record.append((threading.current_thread().name, statement))
+
+    event.listen(engine, "before_cursor_execute", capture)
+    return record, lambda: event.remove(engine, "before_cursor_execute", capture)
+
+
+def test_the_overview_reads_its_snapshot_on_a_connection_of_its_own_and_shows_its_numbers(
+    app, geneva_session
+):
+    """The metrics snapshot (class counts, unexplained) runs in a thread of its own beside the
+    page's other statements, and the page shows the numbers it found."""
+    from geneva_drive import metrics
+    from geneva_drive.dashboard.extensions import db
+    from tests.app.conftest import login
+
+    for _ in range(3):
+        create_workflow(geneva_session, QueryFlow)
+    paused = create_workflow(geneva_session, QueryFlow)
+    paused.pause()
+    geneva_session.commit()
+    metrics.clear_cache()
+    with app.app_context():
+        engine = db.engine
+    record, stop = _statements_by_thread(engine)
+    try:
+        html = login(app.test_client(), "olga").get("/").get_data(as_text=True)
+    finally:
+        stop()
+    beside = {name for name, _ in record if name.startswith("geneva-drive-overview")}
+    assert beside, sorted({name for name, _ in record})
+    snapshot_tables = " ".join(s for name, s in record if name in beside)
+    page_tables = " ".join(s for name, s in record if name not in beside)
+    assert "geneva_drive_workflow_counts" in snapshot_tables  # the class counts
+    assert "geneva_drive_workflow_counts" not in page_tables  # read once, there
+    assert page_tables  # the page's own statements ran in the request's thread
+    card = html.split('id="stat-paused"', 1)[1].split("</a>", 1)[0]
+    assert '<span class="n">1</span> paused' in card
+    row = html.split('class=QueryFlow">QueryFlow</a></th>', 1)[1].split("</tr>", 1)[0]
+    for state, count in (("ready", 3), ("paused", 1), ("finished", 0)):
+        cell = row.split(f'data-label="{state}"', 1)[1].split("</td>", 1)[0]
+        assert f">{count}</a>" in cell, (state, cell)
+
+
+def test_the_overview_reads_its_snapshot_in_the_request_where_the_pool_has_one_connection(
+    app_factory, geneva_database, geneva_session
+):
+    """A pool of one connection for every thread (``StaticPool``: an in-memory SQLite, a
+    session bound to a test transaction) cannot serve two statements at once: the snapshot
+    then runs in the request's thread, and the page still shows it."""
+    from sqlalchemy.pool import StaticPool
+
+    from geneva_drive import metrics
+    from geneva_drive.dashboard.extensions import db
+    from tests.app.conftest import app_config, login
+
+    create_workflow(geneva_session, QueryFlow)
+    geneva_session.commit()
+    metrics.clear_cache()
+    options = dict(app_config(geneva_database).get("SQLALCHEMY_ENGINE_OPTIONS", {}))
+    options["poolclass"] = StaticPool
+    app = app_factory(SQLALCHEMY_ENGINE_OPTIONS=options)
+    with app.app_context():
+        engine = db.engine
+    record, stop = _statements_by_thread(engine)
+    try:
+        page = login(app.test_client(), "olga").get("/")
+    finally:
+        stop()
+    assert page.status_code == 200
+    threads = {name for name, _ in record}
+    assert not any(name.startswith("geneva-drive-overview") for name in threads), threads
+    assert any("geneva_drive_workflow_counts" in s for _, s in record)
