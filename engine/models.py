@@ -65,6 +65,7 @@ ENGINE_TABLE_NAMES = frozenset(
         "geneva_drive_limits",
         "geneva_drive_workflow_counts",
         "geneva_drive_execution_minutes",
+        "geneva_drive_execution_hours",
         "geneva_drive_rollup_marks",
     }
 )
@@ -534,16 +535,11 @@ class WorkflowCount(Base):
         return f"<WorkflowCount {self.type}/{self.state}#{self.shard} {self.count}>"
 
 
-class ExecutionMinute(Base):
-    """Step executions that finished in one minute, per (class, step, kind, error class):
-    what the charts and the failures page read instead of every execution of their window
-    (issue 26). Rolled up by housekeeping from the executions of settled minutes and written
-    only by :mod:`geneva_drive.rollups`; minutes not rolled up yet are read from the
-    executions. ``minute`` is whole minutes since 1970-01-01 UTC."""
-
-    __tablename__ = "geneva_drive_execution_minutes"
+class _ExecutionCounts:
+    """The columns of a rollup of finished step executions (:mod:`geneva_drive.rollups`)."""
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    #: Whole minutes since 1970-01-01 UTC: the minute counted, or the first of the hour.
     minute: Mapped[int] = mapped_column(BigInteger, nullable=False, index=True)
     type: Mapped[str] = mapped_column(String(255), nullable=False)
     step_name: Mapped[str] = mapped_column(String(255), nullable=False)
@@ -557,6 +553,24 @@ class ExecutionMinute(Base):
     last_execution_id: Mapped[int] = mapped_column(BigInteger, nullable=False)
 
     __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+
+class ExecutionMinute(_ExecutionCounts, Base):
+    """Step executions that finished in one minute, per (class, step, kind, error class):
+    what the charts and the failures page read instead of every execution of their window
+    (issue 26). Rolled up by housekeeping from the executions of settled minutes and written
+    only by :mod:`geneva_drive.rollups`; minutes not rolled up yet are read from the
+    executions. ``minute`` is whole minutes since 1970-01-01 UTC."""
+
+    __tablename__ = "geneva_drive_execution_minutes"
+
+
+class ExecutionHour(_ExecutionCounts, Base):
+    """The same counts per whole hour, summed from :class:`ExecutionMinute` once every minute
+    of the hour is rolled up: the failures page's 7 days and the day chart read 24 or 168 rows
+    per group instead of 1,440 or 10,080 (issue 26). ``minute`` is the hour's first minute."""
+
+    __tablename__ = "geneva_drive_execution_hours"
 
 
 class RollupMark(Base):

@@ -18,10 +18,16 @@ lock: two passes never count a minute twice, and a pass that fails counts nothin
 pass starts :data:`RETAIN` ago; rows older than that are deleted as the mark moves on. A pass
 reads at most :data:`CHUNK_MINUTES` minutes per transaction, through the ``finished_at`` index.
 
-**Reading.** :func:`chart_counts` and :func:`failure_counts` split a window into the minutes
-rolled up (read from the table) and the rest (read from the executions, as before: the
-window's ragged first minute, the minutes since the mark, and everything when housekeeping
-has not run yet). The counts are exact either way; the table only makes them cheaper.
+**Hours.** Once every minute of an hour is rolled up, the same pass sums the hour's minutes
+into ``geneva_drive_execution_hours`` (``minute`` is then the hour's first) under the
+:data:`HOURS_MARK`, so the failures page's 7 days read 168 rows per group rather than 10,080
+(30 ms at 1M workflows on MariaDB, bench/NOTES.md).
+
+**Reading.** :func:`chart_counts` and :func:`failure_counts` split a window into the hours
+summed (read from the hours, where the buckets are whole hours), the minutes rolled up (read
+from the minutes) and the rest (read from the executions, as before: the window's ragged
+first minute, the minutes since the mark, and everything when housekeeping has not run yet).
+The counts are exact either way; the tables only make them cheaper.
 
 Executions deleted later (housekeeping's cleanup, the archive) stay counted in the minutes
 they finished in: the charts show what ran, not what is kept.
@@ -65,10 +71,13 @@ RETAIN = timedelta(days=8)
 CHUNK_MINUTES = 360
 #: The mark's row in ``geneva_drive_rollup_marks``.
 MARK = "execution_minutes"
+#: The hours' mark: ``[from_minute, until_minute)``, whole hours, is summed into the hours.
+HOURS_MARK = "execution_hours"
 
 KINDS = ("completed", "failed", "reattempted")
 
 _minutes: Table = Base.metadata.tables["geneva_drive_execution_minutes"]
+_hours: Table = Base.metadata.tables["geneva_drive_execution_hours"]
 _marks: Table = Base.metadata.tables["geneva_drive_rollup_marks"]
 _executions: Table = StepExecution.__table__  # type: ignore[assignment]
 _workflows: Table = Base.metadata.tables["geneva_drive_workflows"]
@@ -117,7 +126,7 @@ def roll_up(now: datetime | None = None) -> int:
             ).one()
             begin = max(oldest, mark.until_minute if mark.until_minute is not None else oldest)
             if begin >= settled:
-                return counted
+                break
             end = min(begin + CHUNK_MINUTES, settled)
             counted += _count_minutes(connection, dialect, begin, end)
             kept_from = max(oldest, mark.from_minute if mark.from_minute is not None else begin)
@@ -137,6 +146,83 @@ def roll_up(now: datetime | None = None) -> int:
                 start_of(begin).isoformat(),
                 start_of(end).isoformat(),
             )
+    _sum_hours()
+    return counted
+
+
+def _sum_hours() -> None:
+    """Sum every hour whose minutes are all rolled up and not summed yet into the hours, and
+    drop the hours the minutes no longer keep: one transaction, under the hours' mark."""
+    with db.transaction() as session:
+        db.begin_write(session)
+        dialect = dialect_for(session)
+        connection = session.connection()
+        dialect.lock_or_create(connection, _marks, "name", HOURS_MARK)
+        marks = {
+            row.name: row
+            for row in connection.execute(
+                select(_marks.c.name, _marks.c.from_minute, _marks.c.until_minute).where(
+                    _marks.c.name.in_([MARK, HOURS_MARK])
+                )
+            )
+        }
+        minutes, hours = marks.get(MARK), marks[HOURS_MARK]
+        if minutes is None or minutes.from_minute is None or minutes.until_minute is None:
+            return
+        first = _whole_hour_up(minutes.from_minute)  # the minutes hold this hour whole
+        end = _whole_hour_down(minutes.until_minute)
+        if hours.until_minute is not None and hours.until_minute >= first:
+            begin, kept_from = hours.until_minute, max(first, hours.from_minute or first)
+        else:  # never summed, or the minutes restarted past the hours (a long stop)
+            begin = kept_from = first
+        if begin < end:
+            _count_hours(connection, begin, end)
+        connection.execute(
+            update(_marks)
+            .where(_marks.c.name == HOURS_MARK)
+            .values(from_minute=kept_from, until_minute=max(begin, end))
+        )
+        connection.execute(delete(_hours).where(_hours.c.minute < kept_from))
+
+
+def _whole_hour_up(minute: int) -> int:
+    return -(-minute // 60) * 60
+
+
+def _whole_hour_down(minute: int) -> int:
+    return minute // 60 * 60
+
+
+def _count_hours(connection: Any, begin: int, end: int) -> None:
+    """INSERT the sums of the minutes ``[begin, end)`` (whole hours) per hour."""
+    hour = (cast(func.floor(_minutes.c.minute / 60), BigInteger) * 60).label("hour")
+    rows = (
+        select(
+            hour,
+            _minutes.c.type,
+            _minutes.c.step_name,
+            _minutes.c.kind,
+            _minutes.c.error_class_name,
+            _minutes.c.count,
+            _minutes.c.last_finished_at,
+            _minutes.c.last_execution_id,
+        )
+        .where(_minutes.c.minute >= begin, _minutes.c.minute < end)
+        .subquery()
+    )
+    columns = ("type", "step_name", "kind", "error_class_name")
+    summed = select(
+        rows.c.hour,
+        *(rows.c[name] for name in columns),
+        func.sum(rows.c.count),
+        func.max(rows.c.last_finished_at),
+        func.max(rows.c.last_execution_id),
+    ).group_by(rows.c.hour, *(rows.c[name] for name in columns))
+    connection.execute(
+        _hours.insert().from_select(
+            ["minute", *columns, "count", "last_finished_at", "last_execution_id"], summed
+        )
+    )
 
 
 def _count_minutes(connection: Any, dialect: Dialect, begin: int, end: int) -> int:
@@ -205,28 +291,55 @@ def _count_minutes(connection: Any, dialect: Dialect, begin: int, end: int) -> i
 
 @dataclass(frozen=True)
 class _Split:
-    """A window ``[since, until)`` cut into rolled-up minutes and ranges read live."""
+    """A window ``[since, until)`` cut into rolled-up ranges (per table, its ranges of
+    ``minute``) and ranges read live from the executions."""
 
-    rolled: tuple[int, int] | None
+    rolled: list[tuple[Table, list[tuple[int, int]]]]
     live: list[tuple[datetime, datetime | None]]
 
 
-def _split(session: Session, since: datetime, until: datetime | None) -> _Split:
-    mark = session.execute(
-        select(_marks.c.from_minute, _marks.c.until_minute).where(_marks.c.name == MARK)
-    ).first()
+def _split(
+    session: Session, since: datetime, until: datetime | None, *, hourly: bool = False
+) -> _Split:
+    """``hourly``: the caller's buckets are whole hours, so summed hours may serve."""
+    marks = {
+        row.name: row
+        for row in session.execute(
+            select(_marks.c.name, _marks.c.from_minute, _marks.c.until_minute).where(
+                _marks.c.name.in_([MARK, HOURS_MARK])
+            )
+        )
+    }
+    mark = marks.get(MARK)
     if mark is None or mark.from_minute is None or mark.until_minute is None:
-        return _Split(None, [(since, until)])
+        return _Split([], [(since, until)])
     first = max(math.ceil(since.timestamp() / 60), mark.from_minute)
     end = mark.until_minute if until is None else min(minute_of(until), mark.until_minute)
     if first >= end:
-        return _Split(None, [(since, until)])
+        return _Split([], [(since, until)])
     live: list[tuple[datetime, datetime | None]] = []
     if since < start_of(first):
         live.append((since, start_of(first)))
     if until is None or start_of(end) < until:
         live.append((start_of(end), until))
-    return _Split((first, end), live)
+    rolled: list[tuple[Table, list[tuple[int, int]]]] = [(_minutes, [(first, end)])]
+    hours = marks.get(HOURS_MARK)
+    if (
+        hourly
+        and hours is not None
+        and hours.from_minute is not None
+        and hours.until_minute is not None
+    ):
+        begin = max(_whole_hour_up(first), hours.from_minute)
+        stop = min(_whole_hour_down(end), hours.until_minute)
+        if begin < stop:
+            edges = [(a, b) for a, b in ((first, begin), (stop, end)) if a < b]
+            rolled = [(_hours, [(begin, stop)])] + ([(_minutes, edges)] if edges else [])
+    return _Split(rolled, live)
+
+
+def _rolled_range(table: Table, ranges: list[tuple[int, int]]) -> Any:
+    return or_(*(and_(table.c.minute >= a, table.c.minute < b) for a, b in ranges))
 
 
 def _live_range(column: Any, ranges: list[tuple[datetime, datetime | None]]) -> Any:
@@ -244,7 +357,7 @@ def chart_counts(
     """``{(class, bucket, kind): n}`` for executions that finished in ``[since, until)``;
     ``bucket`` is whole ``seconds`` since the epoch (a multiple of 60)."""
     dialect = dialect_for(session)
-    split = _split(session, since, until)
+    split = _split(session, since, until, hourly=seconds % 3600 == 0)
     found: dict[tuple[str, int, str], int] = {}
 
     def add(rows: Any) -> None:
@@ -253,16 +366,15 @@ def chart_counts(
                 key = (str(cls), int(number), str(name))
                 found[key] = found.get(key, 0) + int(n)
 
-    if split.rolled is not None:
-        first, end = split.rolled
+    for table, ranges in split.rolled:
         inner = (
             select(
-                _minutes.c.type.label("cls"),
-                cast(func.floor(_minutes.c.minute * 60 / seconds), BigInteger).label("bucket"),
-                _minutes.c.kind.label("kind"),
-                _minutes.c.count.label("n"),
+                table.c.type.label("cls"),
+                cast(func.floor(table.c.minute * 60 / seconds), BigInteger).label("bucket"),
+                table.c.kind.label("kind"),
+                table.c.count.label("n"),
             )
-            .where(_minutes.c.minute >= first, _minutes.c.minute < end)
+            .where(_rolled_range(table, ranges))
             .subquery()
         )
         add(
@@ -306,7 +418,7 @@ class FailureCount:
 def failure_counts(session: Session, since: datetime) -> list[FailureCount]:
     """Failed executions since ``since``, grouped by (class, step, error class), most first."""
     dialect = dialect_for(session)
-    split = _split(session, since, None)
+    split = _split(session, since, None, hourly=True)
     groups: dict[tuple[str, str, str], list[Any]] = {}
 
     def add(rows: Any) -> None:
@@ -319,19 +431,18 @@ def failure_counts(session: Session, since: datetime) -> list[FailureCount]:
                 group[1] = last
             group[2] = max(group[2], int(last_id))
 
-    if split.rolled is not None:
-        first, end = split.rolled
+    for table, ranges in split.rolled:
         add(
             select(
-                _minutes.c.type,
-                _minutes.c.step_name,
-                _minutes.c.error_class_name,
-                func.sum(_minutes.c.count),
-                func.max(_minutes.c.last_finished_at),
-                func.max(_minutes.c.last_execution_id),
+                table.c.type,
+                table.c.step_name,
+                table.c.error_class_name,
+                func.sum(table.c.count),
+                func.max(table.c.last_finished_at),
+                func.max(table.c.last_execution_id),
             )
-            .where(_minutes.c.minute >= first, _minutes.c.minute < end, _minutes.c.kind == "failed")
-            .group_by(_minutes.c.type, _minutes.c.step_name, _minutes.c.error_class_name)
+            .where(_rolled_range(table, ranges), table.c.kind == "failed")
+            .group_by(table.c.type, table.c.step_name, table.c.error_class_name)
         )
     if split.live:
         add(

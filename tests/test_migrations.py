@@ -26,6 +26,7 @@ ENGINE_TABLES = {
     "geneva_drive_limits",
     "geneva_drive_workflow_counts",
     "geneva_drive_execution_minutes",
+    "geneva_drive_execution_hours",
     "geneva_drive_rollup_marks",
 }
 

@@ -16,10 +16,10 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
 import pytest
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, select, update
 
 from geneva_drive import housekeeping, rollups, step
-from geneva_drive.models import ExecutionMinute, RollupMark, StepExecution
+from geneva_drive.models import ExecutionHour, ExecutionMinute, RollupMark, StepExecution
 from geneva_drive.testing import speedrun_workflow
 from geneva_drive.workflow import Workflow
 from tests.engine.helpers import make_order
@@ -198,6 +198,26 @@ def _rolled(session: Any) -> dict[tuple[int, str, str, str, str], int]:
     }
 
 
+def _hours(session: Any) -> dict[tuple[int, str, str, str, str], int]:
+    session.expire_all()
+    return {
+        (r.minute, r.type, r.step_name, r.kind, r.error_class_name): r.count
+        for r in session.scalars(select(ExecutionHour))
+    }
+
+
+def _hours_from_minutes(session: Any) -> dict[tuple[int, str, str, str, str], int]:
+    """What the hours should hold: the rolled-up minutes of each hour the hours' mark covers,
+    summed."""
+    mark = session.get(RollupMark, rollups.HOURS_MARK)
+    session.refresh(mark)
+    summed: Counter[tuple[int, str, str, str, str]] = Counter()
+    for (minute, *key), n in _rolled(session).items():
+        if mark.from_minute <= minute < mark.until_minute:
+            summed[(minute // 60 * 60, *key)] += n  # type: ignore[arg-type]
+    return dict(summed)
+
+
 def test_counts_equal_the_executions_before_and_after_each_roll_up(
     geneva_session: Any, frozen_clock: Any
 ) -> None:
@@ -261,6 +281,14 @@ def test_the_rolled_range_keeps_eight_days_and_restarts_after_a_long_stop(
     geneva_session.refresh(mark)
     assert mark.from_minute == rollups.minute_of(stopped - rollups.RETAIN)
     assert mark.until_minute == rollups.minute_of(stopped - rollups.SETTLE_AFTER)
+    # The hours restart with the minutes: whole hours inside what the minutes hold, and none
+    # older.
+    hours_mark = geneva_session.get(RollupMark, rollups.HOURS_MARK)
+    geneva_session.refresh(hours_mark)
+    assert hours_mark.from_minute == -(-mark.from_minute // 60) * 60
+    assert hours_mark.until_minute == mark.until_minute // 60 * 60
+    assert all(m >= hours_mark.from_minute for m, *_ in _hours(geneva_session))
+    assert _hours(geneva_session) == _hours_from_minutes(geneva_session)
     _assert_exact(geneva_session, stopped)
 
 
@@ -314,8 +342,62 @@ def test_two_passes_at_once_count_each_minute_once(geneva_session: Any, frozen_c
     # execution once.
     assert len(counted) == 2 and sum(counted) == expected
     assert sum(_rolled(geneva_session).values()) == expected
-    assert geneva_session.scalar(select(func.count()).select_from(RollupMark)) == 1
+    # One mark each for the minutes and the hours, and each hour summed once.
+    assert set(geneva_session.scalars(select(RollupMark.name))) == {
+        rollups.MARK,
+        rollups.HOURS_MARK,
+    }
+    assert _hours(geneva_session) == _hours_from_minutes(geneva_session)
     _assert_exact(geneva_session, now)
+
+
+def test_whole_hours_are_summed_from_their_minutes_and_the_week_reads_them(
+    geneva_session: Any, frozen_clock: Any
+) -> None:
+    from sqlalchemy import event
+
+    now = frozen_clock.now
+    _seed(geneva_session, now)
+    rollups.roll_up(now)
+    minutes_mark = geneva_session.get(RollupMark, rollups.MARK)
+    hours_mark = geneva_session.get(RollupMark, rollups.HOURS_MARK)
+    assert hours_mark.from_minute == -(-minutes_mark.from_minute // 60) * 60
+    assert hours_mark.until_minute == minutes_mark.until_minute // 60 * 60
+    hours = _hours(geneva_session)
+    assert hours and hours == _hours_from_minutes(geneva_session)
+    assert all(minute % 60 == 0 for minute, *_ in hours)
+
+    rollups.roll_up(now)  # again at the same moment: nothing summed twice
+    assert _hours(geneva_session) == hours
+
+    week_reads: list[str] = []
+    chart_reads: list[str] = []
+    reads = week_reads
+
+    def capture(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        reads.append(statement)
+
+    engine = geneva_session.get_bind()
+    event.listen(engine, "before_cursor_execute", capture)
+    try:
+        week = _failures(geneva_session, now - timedelta(days=7))
+        reads = chart_reads
+        minute_chart = rollups.chart_counts(geneva_session, now - timedelta(hours=1), 60)
+    finally:
+        event.remove(engine, "before_cursor_execute", capture)
+    assert week == _exact_failures(geneva_session, now - timedelta(days=7))
+    assert minute_chart == _exact_chart(geneva_session, now - timedelta(hours=1), 60, None)
+    assert any("FROM geneva_drive_execution_hours" in s for s in week_reads), week_reads
+    # Minute buckets cannot come from hours.
+    assert not any("geneva_drive_execution_hours" in s for s in chart_reads), chart_reads
+
+    # An hour later the next hour is summed too, and every window stays exact.
+    later = now + timedelta(hours=1, minutes=3)
+    frozen_clock.now = later
+    rollups.roll_up(later)
+    assert len(_hours(geneva_session)) >= len(hours)
+    assert _hours(geneva_session) == _hours_from_minutes(geneva_session)
+    _assert_exact(geneva_session, later)
 
 
 _GROUP = re.compile(r"<tr[^>]*>(.*?)</tr>", re.S)
