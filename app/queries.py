@@ -35,9 +35,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import Session, aliased
-from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
-from geneva_drive import children, lateness, limits, rollups
+from geneva_drive import children, db, lateness, limits, rollups
 from geneva_drive.dialects import dialect_for
 from geneva_drive.dialects.base import SubqueryFirst
 from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
@@ -492,9 +491,6 @@ def _capped_count(session: Session, stmt: Select[Any], cap: int) -> int:
 
 COUNT_CAP = 10_000
 
-#: Runs the overview's metrics snapshot beside the page's own statements (:func:`snapshot_beside`).
-_BESIDE = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="geneva-drive-overview")
-
 
 @dataclass
 class Overview:
@@ -533,8 +529,8 @@ def snapshot_beside(session: Session) -> Iterator[futures.Future[MetricsSnapshot
     ttl = float(dashboard_config().get("COUNTS_CACHE_SECONDS", 0))
     bind = session.get_bind()
     pending: futures.Future[MetricsSnapshot]
-    if isinstance(bind, Engine) and not isinstance(bind.pool, StaticPool | SingletonThreadPool):
-        pending = _BESIDE.submit(metrics.get_snapshot, max_age=ttl, bind=bind)
+    if db.serves_threads(bind):
+        pending = db.run_beside(metrics.get_snapshot, max_age=ttl, bind=cast(Engine, bind))
     else:
         # One connection for every thread (a session bound to a host's test transaction, an
         # in-memory SQLite): it cannot serve two at once, so the snapshot is read here.

@@ -23,16 +23,19 @@ works too) run at READ COMMITTED in a UTC session: why, in :mod:`geneva_drive.di
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent import futures
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, event, exc
 from sqlalchemy.engine.url import make_url
 from sqlalchemy.orm import Session, scoped_session, sessionmaker
+from sqlalchemy.pool import SingletonThreadPool, StaticPool
 
 from geneva_drive.config import process_variable
 from geneva_drive.dialects import backend_name, dialect_for, dialect_for_url
@@ -145,6 +148,38 @@ def get_engine() -> Engine:
     if _engine is None:
         return configure()
     return _engine
+
+
+def serves_threads(bind: Any) -> bool:
+    """Can ``bind`` give two threads a connection each at once? An engine with a real pool
+    can; one whose pool holds one connection for everyone (``StaticPool``: an in-memory
+    SQLite, a test's shared connection; ``SingletonThreadPool``) or a bare ``Connection`` (a
+    session bound to a host's test transaction) cannot, and a statement sent beside another
+    there would run on the same connection."""
+    return isinstance(bind, Engine) and not isinstance(bind.pool, StaticPool | SingletonThreadPool)
+
+
+_beside: tuple[int, futures.ThreadPoolExecutor] | None = None
+_beside_lock = threading.Lock()
+
+T = TypeVar("T")
+
+
+def run_beside(fn: Callable[..., T], *args: Any, **kwargs: Any) -> futures.Future[T]:
+    """``fn(*args, **kwargs)`` in a thread of this process's small pool, for a read that runs
+    on a connection of its own beside the caller's statements (the overview's snapshot, the
+    unexplained count). The pool is made per process: one inherited through ``fork`` (a
+    prefork worker, a preloading web server) would believe in threads the child does not have
+    and never run the work."""
+    global _beside
+    with _beside_lock:
+        if _beside is None or _beside[0] != os.getpid():
+            _beside = (
+                os.getpid(),
+                futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="geneva-drive-beside"),
+            )
+        pool = _beside[1]
+    return pool.submit(fn, *args, **kwargs)
 
 
 def new_session() -> Session:

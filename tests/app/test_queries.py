@@ -210,7 +210,7 @@ def test_the_overview_reads_its_snapshot_on_a_connection_of_its_own_and_shows_it
         html = login(app.test_client(), "olga").get("/").get_data(as_text=True)
     finally:
         stop()
-    beside = {name for name, _ in record if name.startswith("geneva-drive-overview")}
+    beside = {name for name, _ in record if name.startswith("geneva-drive-beside")}
     assert beside, sorted({name for name, _ in record})
     snapshot_tables = " ".join(s for name, s in record if name in beside)
     page_tables = " ".join(s for name, s in record if name not in beside)
@@ -252,5 +252,5 @@ def test_the_overview_reads_its_snapshot_in_the_request_where_the_pool_has_one_c
         stop()
     assert page.status_code == 200
     threads = {name for name, _ in record}
-    assert not any(name.startswith("geneva-drive-overview") for name in threads), threads
+    assert not any(name.startswith("geneva-drive-beside") for name in threads), threads
     assert any("geneva_drive_workflow_counts" in s for _, s in record)
