@@ -315,7 +315,17 @@ def main() -> int:
         default=0,
         help="B10 mode: this many interleaved raw/engine rounds over --workflows (best rounds, marginal cost)",
     )
+    parser.add_argument(
+        "--counts-off",
+        action="store_true",
+        help="replace the per-(class, state) counts upsert by a no-op, as before migration "
+        "0010 (issue 26: alternate runs with and without to see what the counts cost)",
+    )
     args = parser.parse_args()
+    if args.counts_off:
+        from geneva_drive import counts
+
+        counts.add_to_counts = lambda *a, **k: None  # type: ignore[assignment]
     result = (
         guard(args.workflows, args.guard_rounds)
         if args.guard_rounds
