@@ -339,3 +339,35 @@ class PgBackends:
 
     def close(self) -> None:
         self.conn.close()
+
+
+#: Set to 1 in a bench process (and so in the workers it starts) to replace the per-(class,
+#: state) counts upsert by a no-op, as before migration 0010: issue 26's "no regression from
+#: the count maintenance" pairs rounds with and without it (bench/probe_ab.py).
+COUNTS_OFF_ENV = "GENEVA_BENCH_COUNTS_OFF"
+
+
+def apply_counts_off() -> bool:
+    """Stub the counts upsert in this process when :data:`COUNTS_OFF_ENV` is 1; whether it did."""
+    if os.environ.get(COUNTS_OFF_ENV) != "1":
+        return False
+    from geneva_drive import counts
+
+    counts.add_to_counts = lambda *a, **k: None  # type: ignore[assignment]
+    return True
+
+
+#: Set to 1 to have Celery worker processes ask the broker "are others waiting?" at every
+#: yield point, as before issue 33 kept the answer for 50 ms (paired rounds, bench/probe_ab.py).
+WAITING_UNCACHED_ENV = "GENEVA_BENCH_WAITING_UNCACHED"
+
+
+def apply_waiting_uncached() -> bool:
+    """Ask the broker at every yield point in this process when :data:`WAITING_UNCACHED_ENV`
+    is 1; whether it did."""
+    if os.environ.get(WAITING_UNCACHED_ENV) != "1":
+        return False
+    from geneva_drive import celery as geneva_celery
+
+    geneva_celery._messages_waiting = geneva_celery._ask_broker
+    return True

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -37,6 +38,7 @@ from typing import Any
 
 from sqlalchemy import event, text
 
+from bench.common import COUNTS_OFF_ENV, apply_counts_off
 from geneva_drive import Workflow, db, inline, step
 from geneva_drive.config import settings
 from geneva_drive.executor import execute
@@ -323,9 +325,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     if args.counts_off:
-        from geneva_drive import counts
-
-        counts.add_to_counts = lambda *a, **k: None  # type: ignore[assignment]
+        os.environ[COUNTS_OFF_ENV] = "1"
+    apply_counts_off()
     result = (
         guard(args.workflows, args.guard_rounds)
         if args.guard_rounds

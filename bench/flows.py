@@ -11,7 +11,14 @@ import os
 import time
 from datetime import timedelta
 
+from bench.common import apply_counts_off, apply_waiting_uncached
 from geneva_drive import ConcurrencyLimit, Workflow, step
+
+# Paired rounds with a part of the engine stubbed or set back (issue 26's counts upsert, issue
+# 33's remembered broker answer) reach the workers this way: they import this module
+# (GENEVA_WORKFLOW_MODULES) and inherit the environment.
+apply_counts_off()
+apply_waiting_uncached()
 
 _fd: int | None = None
 
