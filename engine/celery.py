@@ -28,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from celery import Celery, Task
@@ -140,7 +141,7 @@ def consumes_queue(queue: str | None) -> bool:
     return (queue or _worker_default_queue or default_queue()) in _consumed_queues
 
 
-def _messages_waiting() -> bool:
+def _ask_broker() -> bool:
     """Whether a message waits in one of this worker's queues (one broker round trip each).
 
     ``queue_declare(passive=True)`` reports the ready messages on AMQP and, through kombu's
@@ -152,6 +153,19 @@ def _messages_waiting() -> bool:
             if channel.queue_declare(queue=name, passive=True).message_count:
                 return True
     return False
+
+
+#: How long one answer of the broker stands for this process's chains (issue 33): a step takes
+#: a few milliseconds, so without it a worker under a backlog asked every third step.
+WAITING_ANSWER_SECONDS = 0.05
+
+
+def _remembered_broker_answer(clock: Callable[[], float] = time.monotonic) -> Callable[[], bool]:
+    return inline.remembered(lambda: _ask_broker(), WAITING_ANSWER_SECONDS, clock)
+
+
+#: The "others waiting?" question of this process's budgets (each prefork child its own).
+_messages_waiting = _remembered_broker_answer()
 
 
 def dispatch_due_task() -> int:

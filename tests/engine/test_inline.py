@@ -332,3 +332,53 @@ def test_a_failing_broker_question_counts_as_others_waiting(geneva_session, gene
 
     executor.execute(first_id, budget=inline.Budget(yield_after=1, others_waiting=broken))
     assert InlineFiveWorkflow.ran == ["s1"]
+
+
+def test_a_remembered_answer_is_asked_again_only_once_its_time_is_up():
+    now = [10.0]
+    answers = iter([False, True, True])
+    asked: list[float] = []
+
+    def ask() -> bool:
+        asked.append(now[0])
+        return next(answers)
+
+    recent = inline.remembered(ask, 1.0, clock=lambda: now[0])
+    assert recent() is False
+    now[0] = 10.75
+    assert recent() is False  # kept: the broker was not asked again
+    now[0] = 11.0
+    assert recent() is True  # a second after the first question: asked again
+    assert asked == [10.0, 11.0]
+
+
+def test_a_failed_question_is_not_remembered():
+    calls: list[int] = []
+
+    def flaky() -> bool:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ConnectionError("broker down")
+        return False
+
+    recent = inline.remembered(flaky, 60.0, clock=lambda: 0.0)
+    with pytest.raises(ConnectionError):
+        recent()
+    assert recent() is False  # asked again at once, not the failure kept
+    assert len(calls) == 2
+
+
+def test_a_celery_worker_process_asks_the_broker_at_most_every_50_ms(monkeypatch):
+    from geneva_drive import celery as geneva_celery
+
+    asked: list[int] = []
+    monkeypatch.setattr(geneva_celery, "_ask_broker", lambda: asked.append(1) or True)
+    now = [0.0]
+    recent = geneva_celery._remembered_broker_answer(clock=lambda: now[0])
+    assert recent() and recent()
+    now[0] = 0.049
+    assert recent()
+    assert asked == [1]
+    now[0] = 0.05
+    assert recent()
+    assert asked == [1, 1]
