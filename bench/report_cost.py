@@ -132,11 +132,10 @@ def section() -> list[str]:
       "`python -m bench.cost` (bench/cost.py) measures it in paired rounds, alternating the "
       "order; the figure is the median of the rounds with its spread.")  # fmt: skip
     w("")
-    w("**The machine is shared and was loaded by other engineers' work during these rounds** "
-      "(2 vCPU; the 1-minute load of each round is beside it). CPU per step is much steadier "
-      "than throughput under such load, but not immune to it: a busy machine costs more CPU per "
-      "step too (caches, context switches, idle polling that finds nothing), so compare sides "
-      "within a round, not across runs.")  # fmt: skip
+    w("**Read each round's load beside it** (2 vCPU, at times shared with other work). CPU per "
+      "step is much steadier than throughput under load, but not immune to it: a busy machine "
+      "costs more CPU per step too (caches, context switches, idle polling that finds nothing), "
+      "so compare sides within a round, not across runs.")  # fmt: skip
     w("")
     if quiet:
         lines += _rounds_block(quiet, "Without a neighbour (the machine's own load only)")

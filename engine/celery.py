@@ -164,7 +164,8 @@ def _remembered_broker_answer(clock: Callable[[], float] = time.monotonic) -> Ca
     return inline.remembered(lambda: _ask_broker(), WAITING_ANSWER_SECONDS, clock)
 
 
-#: The "others waiting?" question of this process's budgets (each prefork child its own).
+#: The "others waiting?" question of this process's budgets (each prefork child its own; the
+#: threads of a threads pool share it, and two of them racing only ask the broker twice).
 _messages_waiting = _remembered_broker_answer()
 
 
