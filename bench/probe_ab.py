@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
 import statistics
 import subprocess
@@ -76,7 +77,7 @@ def run(
             for name in order:
                 path = Path(tmp) / f"r{k}_{names.index(name)}.json"
                 argv = [part.replace("{json}", str(path)) for part in shlex.split(cmd)]
-                load = round(__import__("os").getloadavg()[0], 2)
+                load = round(os.getloadavg()[0], 2)
                 proc = subprocess.run(
                     argv, cwd=ROOT, env=child_env(**variants[name]), capture_output=True,
                     text=True, timeout=1800,
