@@ -156,6 +156,37 @@ def test_overview_stuck_scheduled_counts_what_housekeeping_recovers(app, geneva_
     assert numbers.counts["QueryFlow"]["paused"] == 1
 
 
+def test_the_overdue_card_counts_its_list_and_the_stuck_up_to_the_cap(
+    app, geneva_session, monkeypatch
+):
+    """The overdue card counts its list's rows, and the stuck ones among them, up to the cap
+    ("10,000+"), and says how late the oldest is, whatever the cap."""
+    now = utcnow()
+    for minutes in (2, 30, 10, 20, 5):  # stuck past 15 minutes: the 20 and the 30
+        create_workflow(geneva_session, QueryFlow, scheduled_for=now - timedelta(minutes=minutes))
+    create_workflow(geneva_session, QueryFlow, scheduled_for=now + timedelta(hours=1))
+    geneva_session.commit()
+    listed = queries.overdue_page(
+        geneva_session, WorkflowFilters(due="overdue"), None, None, limit=50
+    )
+    assert len(listed.items) == 5
+
+    def card() -> tuple[int, int, float]:
+        with app.app_context():
+            numbers = queries.overview(geneva_session)
+        return numbers.overdue, numbers.stuck_scheduled, numbers.oldest_overdue_seconds
+
+    overdue, stuck, oldest = card()
+    assert (overdue, stuck) == (5, 2)
+    assert oldest == pytest.approx(30 * 60, abs=60)
+    monkeypatch.setattr(queries, "COUNT_CAP", 2)  # "2+": counted up to three rows
+    overdue, stuck, oldest = card()
+    assert (overdue, stuck) == (3, 2)
+    assert oldest == pytest.approx(30 * 60, abs=60)
+    monkeypatch.setattr(queries, "COUNT_CAP", 0)  # counted up to one row
+    assert card()[:2] == (1, 1)
+
+
 def test_executions_of_lists_a_workflows_history_in_order(geneva_session):
     workflow = create_workflow(geneva_session, QueryFlow)
     from geneva_drive.testing import speedrun_workflow
