@@ -382,3 +382,38 @@ def test_a_celery_worker_process_asks_the_broker_at_most_every_50_ms(monkeypatch
     now[0] = 0.05
     assert recent()
     assert asked == [1, 1]
+
+
+def test_a_slow_answer_is_kept_from_when_it_arrived():
+    now = [0.0]
+    asked: list[float] = []
+
+    def slow() -> bool:
+        asked.append(now[0])
+        now[0] += 2.0  # the broker took longer than the window
+        return True
+
+    recent = inline.remembered(slow, 1.0, clock=lambda: now[0])
+    assert recent()
+    now[0] += 0.5
+    assert recent()  # half a second after the answer came: kept
+    assert asked == [0.0]
+
+
+def test_the_celery_task_shares_through_the_process_s_remembered_answer(monkeypatch):
+    from geneva_drive import celery as geneva_celery
+
+    asks: list[int] = []
+    monkeypatch.setattr(geneva_celery, "_ask_broker", lambda: asks.append(1) or False)
+    for _ in range(100):  # far less than 50 ms; even a preempted loop asks a few times at most
+        geneva_celery._messages_waiting()
+    assert 1 <= len(asks) <= 5  # asking every time: 100
+    budgets: list[inline.Budget | None] = []
+    monkeypatch.setattr(geneva_celery, "_consumed_queues", frozenset({"default"}))
+    monkeypatch.setattr(
+        geneva_celery.executor, "execute", lambda _id, **kw: budgets.append(kw["budget"]) or True
+    )
+    geneva_celery.perform_step(1)
+    [budget] = budgets
+    assert budget is not None
+    assert budget.others_waiting is geneva_celery._messages_waiting
