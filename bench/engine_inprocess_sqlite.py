@@ -326,12 +326,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.counts_off:
         os.environ[COUNTS_OFF_ENV] = "1"
-    apply_counts_off()
+    counts_off = apply_counts_off()
     result = (
         guard(args.workflows, args.guard_rounds)
         if args.guard_rounds
         else measure(args.workflows, args.repeats)
     )
+    result["counts_off"] = counts_off  # an exported GENEVA_BENCH_COUNTS_OFF=1 shows here
     for key, value in result.items():
         if isinstance(value, float):
             print(f"{key:22} {value:10.3f}")

@@ -63,9 +63,16 @@ def run(
     cmd: str, variants: dict[str, dict[str, str]], rounds: int, keys: list[str]
 ) -> dict[str, Any]:
     names = list(variants)
+    # What each side really ran with: a name one variant sets and the other does not is
+    # inherited from this process by the other (an exported value would apply to both).
+    named = sorted({name for env in variants.values() for name in env})
+    effective = {
+        side: {name: child_env(**env).get(name) for name in named} for side, env in variants.items()
+    }
     result: dict[str, Any] = {
         "command": cmd,
         "variants": variants,
+        "effective_env": effective,
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "uptime_start": subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip(),
         "rounds": [],
@@ -88,6 +95,9 @@ def run(
                         + proc.stderr[-2000:]
                     )
                 data = json.loads(path.read_text())
+                missing = [key for key in keys if g(data, key) is None]
+                if missing:
+                    raise SystemExit(f"bench.probe_ab: {', '.join(missing)} not in {cmd}'s JSON")
                 rnd[name] = {key: g(data, key) for key in keys}
                 rnd[name]["load_1m"] = load
                 print(f"round {k} {name}: {rnd[name]}", file=sys.stderr, flush=True)
@@ -140,6 +150,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.a_name == args.b_name:
         raise SystemExit("bench.probe_ab: --a-name and --b-name must differ")
+    if "{json}" not in args.cmd:
+        raise SystemExit("bench.probe_ab: --cmd must write its figures to {json}")
     variants = {args.a_name: _env(args.a_env), args.b_name: _env(args.b_env)}
     result = run(args.cmd, variants, args.rounds, args.key)
     result["label"] = args.label
