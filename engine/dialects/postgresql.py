@@ -12,11 +12,13 @@ from sqlalchemy import (
     Column,
     ColumnElement,
     Connection,
+    Engine,
     Integer,
     Table,
     any_,
     bindparam,
     cast,
+    event,
     func,
     literal,
     select,
@@ -27,6 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.engine.interfaces import Dialect as SQLAlchemyDialect
+from sqlalchemy.engine.interfaces import ExceptionContext
 from sqlalchemy.orm import Session
 
 from geneva_drive.compiled import Compiled
@@ -59,6 +62,13 @@ class PostgreSQLDialect(Dialect):
 
     def __init__(self) -> None:
         self._combined: dict[tuple[_Shapes, bool, bool], Compiled] = {}
+
+    def install(self, engine: Engine) -> None:
+        if not event.contains(engine, "handle_error", _socket_closed_is_a_disconnect):
+            event.listen(engine, "handle_error", _socket_closed_is_a_disconnect)
+
+    def adopt(self, engine: Engine) -> None:
+        self.install(engine)
 
     def relax_durability(self, session: Session) -> None:
         session.execute(text("SET LOCAL synchronous_commit TO OFF"))
@@ -203,3 +213,25 @@ class PostgreSQLDialect(Dialect):
 
 
 DIALECT = PostgreSQLDialect()
+
+
+#: What psycopg says when poll() reports the server's hang-up (a terminated backend, a restart)
+#: before libpq has read it (psycopg/waiting.py).
+_SOCKET_CLOSED = "connection socket closed"
+
+
+def _socket_closed_is_a_disconnect(context: ExceptionContext) -> None:
+    """Count psycopg's "connection socket closed" as a lost connection.
+
+    libpq has not marked the connection broken when psycopg raises it, so SQLAlchemy's
+    ``is_disconnect`` says no: the connection is not invalidated, the executor's phase does not
+    start again on a new one (engine/executor.py ``_lock_reconnecting``), and the rollback that
+    follows fails with "another command is already in progress". It is a disconnect: the
+    socket is gone.
+    """
+    if context.is_disconnect:
+        return
+    error = context.original_exception
+    dbapi = context.dialect.loaded_dbapi
+    if isinstance(error, dbapi.OperationalError) and _SOCKET_CLOSED in str(error):
+        context.is_disconnect = True

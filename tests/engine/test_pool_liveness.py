@@ -222,3 +222,49 @@ def test_prepare_starts_again_on_a_new_connection_when_the_pooled_ones_died(pg_d
         _terminate(pid)
     assert execute(execution_id) is True
     assert _state(workflow_id) == ("finished", [("completed", "success")])
+
+
+# --- psycopg's "connection socket closed" ------------------------------------------------------
+
+
+class SocketClosesUnderFinalize(Workflow):
+    """The body arms a failure of finalize's first statement: psycopg's "connection socket
+    closed", which it raises when poll() reports the server's hang-up before libpq has read it
+    (a backend terminated moments before the statement; CI met it once in
+    test_finalize_starts_again_on_a_new_connection_when_its_connection_died). libpq has not
+    marked the connection broken yet, so SQLAlchemy's own check does not see a disconnect."""
+
+    may_proceed_without_hero = True
+    armed: list[bool] = []
+
+    @step
+    def only(self) -> None:
+        SocketClosesUnderFinalize.armed.append(True)
+
+
+def test_a_socket_closed_under_finalize_starts_the_phase_again_on_a_new_connection(
+    pg_database, monkeypatch
+):
+    if not URL.startswith("postgresql"):
+        pytest.skip("psycopg's message; PyMySQL's lost connections carry their own codes")
+    import psycopg
+    from sqlalchemy import event
+
+    engine = db.get_engine()
+    failed: list[int] = []
+
+    def socket_closed(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if SocketClosesUnderFinalize.armed and not failed and "FOR UPDATE" in statement:
+            failed.append(1)
+            raise psycopg.OperationalError("connection socket closed")
+
+    SocketClosesUnderFinalize.armed = []
+    event.listen(engine, "before_cursor_execute", socket_closed)
+    try:
+        with db.transaction() as session:
+            workflow_id = SocketClosesUnderFinalize.create(session=session).id
+        assert execute(_first_execution_id(workflow_id)) is True
+    finally:
+        event.remove(engine, "before_cursor_execute", socket_closed)
+    assert failed == [1]  # finalize's lock read met it once, then ran on a new connection
+    assert _state(workflow_id) == ("finished", [("completed", "success")])
