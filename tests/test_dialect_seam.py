@@ -96,3 +96,18 @@ def test_every_backend_implements_the_statements_that_differ() -> None:
     for module in (dialects.sqlite, dialects.postgresql, dialects.mysql):
         cls = type(module.DIALECT)
         assert cls.epoch_seconds is not Dialect.epoch_seconds, cls.__name__
+
+
+def test_an_adopted_postgresql_engine_counts_a_closed_socket_as_a_lost_connection() -> None:
+    """A host's engine (``GenevaDrive.init_app(db=…)``) gets the hook the engine's own gets
+    (tests/engine/test_pool_liveness.py raises the error under finalize)."""
+    from sqlalchemy import create_engine, event
+
+    from geneva_drive.dialects.postgresql import _socket_closed_is_a_disconnect
+
+    engine = create_engine("postgresql+psycopg://nobody@127.0.0.1:1/none")  # never connects
+    dialect = dialects.dialect_for(engine)
+    dialect.adopt(engine)
+    dialect.adopt(engine)  # adopting again adds nothing (install asks event.contains first)
+    assert event.contains(engine, "handle_error", _socket_closed_is_a_disconnect)
+    engine.dispose()
