@@ -131,7 +131,15 @@ def test_worker_killed_mid_step_is_recovered_by_housekeeping(
     # Housekeeping's commit sent the retry; a restarted worker on the queue runs it (and
     # skips the killed run's message if the broker redelivers it).
     worker.restart()
-    wait_for_state(workflow_id, "finished")
+    try:
+        wait_for_state(workflow_id, "finished")
+    except AssertionError as error:
+        # Failed once in CI (2026-12-06, SQLite pass) and never since: say where it stopped.
+        rows = [(e.id, e.step_name, e.state, e.outcome, e.sent_at) for e in executions(workflow_id)]
+        raise AssertionError(
+            f"{error}\nexecutions: {rows}\nsteps run: {recorded(worker.log, workflow_id)}\n"
+            f"restarted worker's log, last lines:\n{worker.process.output()[-4000:]}"
+        ) from error
     assert recorded(worker.log, workflow_id) == [
         ("slow", "start"),
         ("slow", "start"),
