@@ -39,7 +39,12 @@ _INT_FIELDS = {
     "inline_successor_max_steps",
     "inline_successor_yield_after",
 }
-_BOOL_FIELDS = {"enqueue_after_commit", "synchronous_start_commit", "inline_successors"}
+_BOOL_FIELDS = {
+    "enqueue_after_commit",
+    "synchronous_start_commit",
+    "inline_successors",
+    "inline_successor_start_with_outcome",
+}
 STUCK_RECOVERY_ACTIONS = ("reattempt", "cancel")
 
 
@@ -118,6 +123,14 @@ class Settings:
     #: it consumes; otherwise the successor is sent to the back of its queue. This keeps a
     #: fresh workflow from waiting behind whole chains (each queued message stays short).
     inline_successor_yield_after: int = 3
+    #: GENEVA_INLINE_SUCCESSOR_START_WITH_OUTCOME — an inline successor whose start needs no
+    #: check of its own (no hero to look up, no cancel or skip condition, no signal or children
+    #: gate, no limit) is started in the commit of its predecessor's outcome instead of a
+    #: transaction of its own: one transaction per step instead of two. The price: a worker
+    #: that dies right after that commit leaves the successor in progress, for housekeeping's
+    #: stuck recovery (``stuck_in_progress_threshold``), where otherwise it would leave it due
+    #: and unsent, for the dispatcher's next sweep.
+    inline_successor_start_with_outcome: bool = False
     _frozen: bool = field(default=False, repr=False)
 
     def __setattr__(self, name: str, value: Any) -> None:

@@ -82,7 +82,7 @@ from geneva_drive.transitions import (
     workflow_performing,
     workflow_ready,
 )
-from geneva_drive.workflow import Workflow, executing
+from geneva_drive.workflow import Workflow, executing, load_hero, remember_hero
 
 log = logging.getLogger("geneva_drive.executor")
 
@@ -186,7 +186,12 @@ def execute(
             )
         successor_id, workflow_id = ran.successor_id, ran.workflow_id
         try:
-            ran = _execute_one(successor_id, session, interruptible, max_iterations, False, budget)
+            if ran.started is not None:
+                ran = _run_started(ran.started, own=session is None)
+            else:
+                ran = _execute_one(
+                    successor_id, session, interruptible, max_iterations, False, budget
+                )
         except Exception as error:
             # The successor's own failure: its outcome is committed and was reported under its
             # own execution by its executor. It is not the delivered task's failure (that step
@@ -213,16 +218,36 @@ def _execute_one(
     this worker runs next."""
     own = session is None
     active = session if session is not None else db.new_session()
+    handed_over = False
     try:
         executor = Executor(active, step_execution_id, interruptible, max_iterations)
         executor.missing_ok = missing_ok
         executor.budget = budget
         if budget is not None:
             budget.steps += 1
-        return executor if executor.run() else None
+        executor.owns_session = own
+        ran = executor.run()
+        # A successor started in this execution's last commit continues in this session.
+        handed_over = own and executor.started is not None
+        return executor if ran else None
     finally:
-        if own:
+        if own and not handed_over:
             active.close()
+
+
+def _run_started(executor: Executor, *, own: bool) -> Executor:
+    """The body and finalize of a successor its predecessor's finalize started (its session
+    is the predecessor's; closed here unless it is handed on once more)."""
+    handed_over = False
+    try:
+        if executor.budget is not None:
+            executor.budget.steps += 1
+        executor.run_started()
+        handed_over = own and executor.started is not None
+        return executor
+    finally:
+        if own and not handed_over:
+            executor.session.close()
 
 
 # The lock statement of both phases: the workflow joined to the execution, workflow first (its
@@ -331,6 +356,18 @@ class Executor:
         self.budget: inline.Budget | None = None
         #: The successor execution this worker runs next (claimed at the last commit).
         self.successor_id: int | None = None
+        self.successor: StepExecution | None = None
+        #: Whether this executor's session is its own (not a caller's): only then may a
+        #: successor be started in its commit, since the successor then takes the session over.
+        self.owns_session = False
+        #: That successor's executor when this finalize's commit also started it (its start
+        #: needed no check of its own: ``_start_successor``); None: it starts in its own
+        #: transaction, as a delivered execution does.
+        self.started: Executor | None = None
+        #: Set on a started successor: what its prepare would have returned, and its hero as
+        #: read for the start (None: the class proceeds without one).
+        self._prepared: tuple[Workflow, StepExecution, StepDefinition] | None = None
+        self._hero: Any = None
         #: The workflow object of the phase running now (finalize may load a new one).
         self.workflow: Workflow | None = None
         #: Its id, kept as a plain value (the object expires at commit).
@@ -413,11 +450,13 @@ class Executor:
         queue its message as usual (a step that raised ends the chain: its error is raised
         once the outcome is committed)."""
         workflow = self.workflow
-        self.successor_id = (
+        successor = (
             inline.settle(self.session, workflow, runs_next=runs_next and self.error is None)
             if workflow is not None
             else None
         )
+        self.successor = successor
+        self.successor_id = successor.id if successor is not None else None
         if self.successor_id is not None:
             self.workflow_id = workflow.id if workflow is not None else None
             self.log.debug("running successor execution %s in this worker", self.successor_id)
@@ -482,7 +521,23 @@ class Executor:
         if prepared is None:
             return True
         step_def, signal = prepared
+        return self._body_and_finalize(workflow, execution, step_def, signal)
 
+    def run_started(self) -> bool:
+        """Phases 2 and 3 of a successor its predecessor's finalize started
+        (:meth:`_start_successor`)."""
+        assert self._prepared is not None
+        workflow, execution, step_def = self._prepared
+        self._prepared = None
+        return self._body_and_finalize(workflow, execution, step_def, None)
+
+    def _body_and_finalize(
+        self,
+        workflow: Workflow,
+        execution: StepExecution,
+        step_def: StepDefinition,
+        signal: Signal | None,
+    ) -> bool:
         try:
             result = self.run_body(workflow, execution, step_def, signal)
         except BaseException:
@@ -508,9 +563,11 @@ class Executor:
                     # Wake the next in line (SPEC §6.2).
                     limits.release(self.session, execution, scheduling.enqueue_execution)
                 self._settle_inline(runs_next=True)
+                self.started = self._start_successor()
                 self._commit()
                 break
             except DBAPIError as error:
+                self.started = None
                 inline.disarm(self.session)
                 self.session.rollback()
                 # A deadlock victim's transaction rolled back whole. With nothing of the body's
@@ -525,12 +582,99 @@ class Executor:
                     error.orig,
                 )
             except BaseException:
+                self.started = None
                 inline.disarm(self.session)
                 self.session.rollback()
                 raise
         if self.error is not None:
             raise self.error
+        if self.started is not None:
+            self.started.adopt_committed()
         return True
+
+    def _start_successor(self) -> Executor | None:
+        """Start the successor this worker runs next in this finalize's own transaction.
+
+        ``settings.inline_successor_start_with_outcome`` (off by default: a worker that dies
+        after this commit leaves the successor in progress, for stuck recovery, instead of due
+        and unsent). Only a start that runs no code of the application: the workflow class has
+        no cancel condition, and the step no skip condition, no signal or children gate and no
+        concurrency or rate limit. Prepare could then only check the hero (read here, in this
+        transaction) and write the start transition, so that is written here, with the
+        outcome, and the step's own start transaction (a lock, an UPDATE, a commit) is not
+        needed (issue 33). Any other successor starts in its own transaction, its checks
+        under its own lock, so nothing they raise can take this outcome down.
+        """
+        if not (settings.inline_successor_start_with_outcome and self.owns_session):
+            return None
+        workflow, execution = self.workflow, self.successor
+        if workflow is None or execution is None or execution.state != StepState.SCHEDULED:
+            return None
+        cls = type(workflow)
+        if cls._cancel_conditions:
+            return None
+        step_def = workflow.steps.named(execution.step_name)
+        if (
+            step_def is None
+            or step_def.removed
+            or step_def.skip_if is not None
+            or step_def.waits_for_signal
+            or step_def.wait_for_children
+            or execution.limit_slot is not None
+            or execution.step_limit_slot is not None
+            or execution.rate_slot is not None
+            or execution.continues_from_id is not None
+        ):
+            return None
+        hero = None
+        if not cls.may_proceed_without_hero:
+            # Prepare's hero check, read in this transaction as prepare would read it in its
+            # own. A hero that is gone (or cannot be looked up) is left to the successor's own
+            # prepare, which cancels the workflow (or applies the policy) under its own lock.
+            try:
+                hero = load_hero(self.session, workflow.hero_type, workflow.hero_id, fresh=True)
+            except SQLAlchemyError:
+                raise
+            except Exception:
+                return None
+            if hero is None:
+                return None
+        successor = Executor(self.session, execution.id, self.interruptible, self.max_iterations)
+        successor.budget = self.budget
+        successor.owns_session = True
+        successor.workflow = workflow
+        successor.workflow_id = workflow.id
+        successor.log = ContextAdapter(log, log_context(workflow, execution))
+        successor.step_def = step_def
+        # No condition to evaluate: this cannot fail, and it reports the precondition event
+        # a prepare reports.
+        if not successor.preconditions(workflow, execution, step_def):
+            return None
+        start_execution(execution)
+        workflow_performing(workflow, step_def.name)
+        successor._prepared = (workflow, execution, step_def)
+        successor._hero = hero
+        self.log.debug("successor execution %s starts with this outcome's commit", execution.id)
+        return successor
+
+    def adopt_committed(self) -> None:
+        """After the commit that started this successor: its session holds nothing but fresh
+        copies of its two rows, as the session of a delivered execution would (the
+        predecessor's objects, and whatever its body loaded or set on them, are let go)."""
+        assert self._prepared is not None
+        workflow, execution, step_def = self._prepared
+        session = self.session
+        workflow_row, execution_row = persistence.values(workflow), persistence.values(execution)
+        session.expunge_all()
+        fresh_workflow = persistence.load(session, Workflow, workflow_row)
+        fresh_execution = persistence.load(session, StepExecution, execution_row)
+        if self._hero is not None:
+            # Read for the start in the commit just made, as prepare reads it in its own.
+            session.add(self._hero)
+            remember_hero(fresh_workflow, self._hero)
+            self._hero = None
+        self.workflow = fresh_workflow
+        self._prepared = (fresh_workflow, fresh_execution, step_def)
 
     # --- phase 1 ---------------------------------------------------------------------------
 

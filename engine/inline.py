@@ -209,10 +209,10 @@ def bind(session: Session, execution: StepExecution) -> None:
         claim.message.execution_id = execution.id
 
 
-def settle(session: Session, workflow: Workflow, *, runs_next: bool) -> int | None:
-    """Right before the phase's commit: the id of the successor this worker runs next, or
-    None, with the successor's message queued as usual (``runs_next`` False: the step raised,
-    or the phase did not finish a step)."""
+def settle(session: Session, workflow: Workflow, *, runs_next: bool) -> StepExecution | None:
+    """Right before the phase's commit: the successor this worker runs next, or None, with
+    the successor's message queued as usual (``runs_next`` False: the step raised, or the
+    phase did not finish a step)."""
     claim: Claim | None = session.info.pop(_CLAIM_KEY, None)
     if claim is None or claim.execution is None or claim.message is None:
         return None
@@ -222,7 +222,7 @@ def settle(session: Session, workflow: Workflow, *, runs_next: bool) -> int | No
     if runs_next and workflow.state == WorkflowState.READY:
         if claim.budget.on_claim is not None:
             claim.budget.on_claim(execution.id)
-        return execution.id
+        return execution
     # Sent exactly as the scheduler would have sent it (one UPDATE more, on this rare path);
     # the row already carries the message's job id.
     execution.sent_at = utcnow()

@@ -370,6 +370,17 @@ def load(session: Session, cls: type[Any], values: dict[str, Any]) -> Any:
     return obj
 
 
+def values(obj: Any) -> dict[str, Any]:
+    """A loaded object's columns by column name: the row :func:`load` turns back into it."""
+    state: InstanceState[Any] = inspect(obj)
+    dict_ = state.dict
+    return {
+        column.name: dict_[key] if key in dict_ else getattr(obj, key)
+        for key, column in _column_map(state.mapper).items()
+        if column is not None
+    }
+
+
 def refresh(session: Session, obj: Any, values: dict[str, Any]) -> None:
     """Overwrite a loaded object's columns with a row just read (``populate_existing``).
 
@@ -385,4 +396,4 @@ def refresh(session: Session, obj: Any, values: dict[str, Any]) -> None:
     state._commit_all(dict_, session.identity_map)
 
 
-__all__ = ["flush", "insert_execution", "insert_new", "load", "refresh"]
+__all__ = ["flush", "insert_execution", "insert_new", "load", "refresh", "values"]

@@ -843,7 +843,11 @@ def hero_key(hero: Any) -> tuple[str, str]:
     return type(hero).__name__, str(identity)
 
 
-def load_hero(session: Session | None, hero_type: str | None, hero_id: str | None) -> Any:
+def load_hero(
+    session: Session | None, hero_type: str | None, hero_id: str | None, *, fresh: bool = False
+) -> Any:
+    """The hero row, or None. ``fresh``: read from the database even when the session holds
+    it (a check that must see this transaction's view, not an earlier one's)."""
     if hero_type is None or hero_id is None or session is None:
         return None
     cls = hero_class(hero_type)
@@ -862,7 +866,12 @@ def load_hero(session: Session | None, hero_type: str | None, hero_id: str | Non
         key = int(hero_id)
     elif python_type is uuid.UUID:
         key = uuid.UUID(hero_id)
-    return session.get(cls, key)
+    return session.get(cls, key, populate_existing=fresh)
+
+
+def remember_hero(workflow: Workflow, hero: Any) -> None:
+    """Let ``workflow.hero`` return ``hero`` (just read for it) without reading it again."""
+    workflow.__dict__["_hero_cache"] = ((workflow.hero_type, workflow.hero_id), hero)
 
 
 def _hero_identity_ready(session: Session, hero: Any) -> None:

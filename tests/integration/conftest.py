@@ -308,8 +308,17 @@ class Worker:
     """``celery -A geneva_drive.celery worker`` on its own queue; restartable on the same queue."""
 
     def __init__(
-        self, database: SharedDatabase, broker: Broker, directory: Path, pool: str, concurrency: int
+        self,
+        database: SharedDatabase,
+        broker: Broker,
+        directory: Path,
+        pool: str,
+        concurrency: int,
+        loglevel: str = "INFO",
+        **env: str,
     ) -> None:
+        self.loglevel = loglevel
+        self.env = env
         self.database = database
         self.broker = broker
         self.directory = directory
@@ -333,6 +342,7 @@ class Worker:
             # successor that test_immediately_due_successors_run_in_the_worker_that_finished_
             # the_step expects run inline (its own test passes ``max_seconds``).
             GENEVA_INLINE_SUCCESSOR_MAX_TIME="60",
+            **self.env,
         )
         name = f"{self.queue}-{generation}"
         process = Process(
@@ -344,7 +354,7 @@ class Worker:
                 f"--pool={self.pool}",
                 "-c",
                 str(self.concurrency),
-                "--loglevel=INFO",
+                f"--loglevel={self.loglevel}",
                 "-Q",
                 self.queue,
                 "-n",

@@ -6,6 +6,7 @@ recovered by housekeeping."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ from geneva_drive.transport import Message, new_job_id
 from geneva_drive.workflow import Workflow
 from tests.integration.conftest import (
     BIN,
+    Broker,
     Process,
+    SharedDatabase,
     Worker,
     create_workflow,
     executions,
@@ -107,6 +110,50 @@ def test_duplicated_message_runs_the_step_once(worker: Worker, use_transport) ->
         what="the three duplicates to be skipped",
     )
     assert recorded(worker.log, workflow_id) == [("only", "ran")]
+
+
+@pytest.fixture(scope="module")
+def merging_worker(
+    broker: Broker,
+    shared_database: SharedDatabase,
+    short_horizon: None,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Worker]:
+    """A worker with ``GENEVA_INLINE_SUCCESSOR_START_WITH_OUTCOME`` on, logging at DEBUG (the
+    executor says at that level when a successor starts with its predecessor's outcome)."""
+    started = Worker(
+        shared_database,
+        broker,
+        tmp_path_factory.mktemp(f"{broker.name}-merging"),
+        "prefork",
+        2,
+        loglevel="DEBUG",
+        GENEVA_INLINE_SUCCESSOR_START_WITH_OUTCOME="true",
+    )
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def test_with_start_with_outcome_on_a_worker_starts_each_successor_in_one_commit(
+    merging_worker: Worker, use_transport
+) -> None:
+    use_transport(merging_worker.transport)
+    workflow_id = create_workflow(ItInlineWorkflow)
+    wait_for_state(workflow_id, "finished")
+    assert recorded(merging_worker.log, workflow_id) == [
+        ("one", "ran"),
+        ("two", "ran"),
+        ("three", "ran"),
+    ]
+    one, two, three = executions(workflow_id)
+    assert [(e.state, e.outcome) for e in (one, two, three)] == [("completed", "success")] * 3
+    output = merging_worker.process.output()
+    for successor in (two, three):
+        assert (successor.sent_at, successor.job_id is not None) == (None, True)
+        assert f"successor execution {successor.id} starts with this outcome's commit" in output
+    assert len(_pids(merging_worker.log, workflow_id)) == 1
 
 
 def test_worker_killed_mid_step_is_recovered_by_housekeeping(
