@@ -371,3 +371,37 @@ def apply_waiting_uncached() -> bool:
 
     geneva_celery._messages_waiting = geneva_celery._ask_broker
     return True
+
+
+#: Set to 1 to have a process write a step's successor INSERT as a statement of its own after
+#: its predecessor's outcome, as before issue 33 folded the two into one on PostgreSQL (paired
+#: rounds, bench/probe_ab.py).
+INSERT_UNFOLDED_ENV = "GENEVA_BENCH_INSERT_UNFOLDED"
+
+
+def apply_insert_unfolded() -> bool:
+    """Unfold the successor's INSERT in this process when :data:`INSERT_UNFOLDED_ENV` is 1;
+    whether it did."""
+    if os.environ.get(INSERT_UNFOLDED_ENV) != "1":
+        return False
+    from geneva_drive.dialects.postgresql import PostgreSQLDialect
+
+    PostgreSQLDialect.combined_insert = False
+    return True
+
+
+#: A comma-separated list of index names that bench.cost drops after creating its schema: what
+#: maintaining them costs a step (issue 33's lever 5, paired rounds through bench/probe_ab.py).
+DROP_INDEXES_ENV = "GENEVA_BENCH_DROP_INDEXES"
+
+
+def apply_drop_indexes(engine: Any) -> list[str]:
+    """Drop the indexes :data:`DROP_INDEXES_ENV` names (if any) on ``engine``; their names."""
+    names = [n.strip() for n in os.environ.get(DROP_INDEXES_ENV, "").split(",") if n.strip()]
+    if names:
+        from sqlalchemy import text
+
+        with engine.begin() as connection:
+            for name in names:
+                connection.execute(text(f'DROP INDEX "{name}"'))
+    return names

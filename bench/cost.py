@@ -51,6 +51,7 @@ from bench.common import (
     PY,
     ROOT,
     PgBackends,
+    apply_drop_indexes,
     child_env,
     cpu_seconds,
     env_info,
@@ -172,6 +173,7 @@ def side_ours(n: int) -> dict[str, Any]:
 
         engine = db.configure(url)
         Base.metadata.create_all(engine)
+        dropped = apply_drop_indexes(engine)
         set_transport(None)  # Celery, after commit
         import bench.flows  # noqa: F401  (registers the workflow classes here too)
         from bench.engine_celery import Timings
@@ -223,6 +225,8 @@ def side_ours(n: int) -> dict[str, Any]:
             out["cpu_ms_per_step_above_idle"] = round(net * 1000 / (10 * n), 4)
             out["processes"] = {name: len(procs1[name]) for name in procs1}
             out["postgres_backends"] = len(backends.last)
+            if dropped:
+                out["dropped_indexes"] = dropped
         finally:
             backends.close()
             stop_process(worker)

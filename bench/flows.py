@@ -11,7 +11,7 @@ import os
 import time
 from datetime import timedelta
 
-from bench.common import apply_counts_off, apply_waiting_uncached
+from bench.common import apply_counts_off, apply_insert_unfolded, apply_waiting_uncached
 from geneva_drive import ConcurrencyLimit, Workflow, step
 
 # Paired rounds with a part of the engine stubbed or set back (issue 26's counts upsert, issue
@@ -19,6 +19,7 @@ from geneva_drive import ConcurrencyLimit, Workflow, step
 # (GENEVA_WORKFLOW_MODULES) and inherit the environment.
 apply_counts_off()
 apply_waiting_uncached()
+apply_insert_unfolded()
 
 _fd: int | None = None
 

@@ -168,6 +168,14 @@ def flush(
         return False
     assert connection is not None and dialect is not None
     _write_rows(connection, dialect, writes, asynchronous_commit, sweep)
+    _written(session, writes)
+    if rest:
+        session.flush()
+    return sweep is not None
+
+
+def _written(session: Session, writes: list[tuple[InstanceState[Any], Write]]) -> None:
+    """The objects just written are clean, as a flush leaves them."""
     identity_map = session.identity_map
     for state, row in writes:
         if "v_state" in row.params and row.table.name == counts.WORKFLOWS_TABLE:
@@ -175,9 +183,6 @@ def flush(
         state._commit_all(state.dict, identity_map)
         # As a flush does: a rollback (of a savepoint too) expires what this transaction wrote.
         session._register_altered([state])
-    if rest:
-        session.flush()
-    return sweep is not None
 
 
 def _pending_writes(session: Session) -> tuple[list[tuple[InstanceState[Any], Write]], bool]:
@@ -229,22 +234,43 @@ def _write_rows(
 ) -> None:
     """The writes in one statement where the dialect can, else one UPDATE per row."""
     rows = [write for _state, write in writes]
-    stray = None
-    if sweep is not None:
-        stray = Sweep(
-            workflow_id=sweep[0],
-            now=sweep[1],
-            executions=_EXECUTIONS,
-            stray_states=frozenset(STRAY_STEP_STATES),
-            statement=stray_sweep,
-            columns=transitions.swept_columns,
-        )
+    stray = _sweep(sweep) if sweep is not None else None
     if dialect.write_updates(
         connection, rows, asynchronous_commit=asynchronous_commit, sweep=stray
     ):
         return
     for write in rows:
         _update_statement(write.table, write.names).execute(connection, write.params)
+
+
+def _sweep(sweep: tuple[int, datetime]) -> Sweep:
+    return Sweep(
+        workflow_id=sweep[0],
+        now=sweep[1],
+        executions=_EXECUTIONS,
+        stray_states=frozenset(STRAY_STEP_STATES),
+        statement=stray_sweep,
+        columns=transitions.swept_columns,
+    )
+
+
+def sweep_strays(session: Session, workflow_id: int, now: datetime) -> None:
+    """The stray sweep (:func:`stray_sweep`) with the session's pending writes: in the same
+    statement where :func:`flush` can, else the sweep first and the writes after it."""
+    if not flush(session, sweep=(workflow_id, now)):
+        _stray_sweep_statement().execute(
+            session.connection(), {"workflow_id": workflow_id, "now": now}
+        )
+
+
+def _stray_sweep_statement() -> Compiled:
+    global _STRAY_SWEEP
+    if _STRAY_SWEEP is None:
+        _STRAY_SWEEP = Compiled(stray_sweep())
+    return _STRAY_SWEEP
+
+
+_STRAY_SWEEP: Compiled | None = None
 
 
 def _stray(state: InstanceState[Any]) -> bool:
@@ -274,13 +300,18 @@ def stray_sweep(prefix: str = "", exclude: tuple[str, ...] = ()) -> Update:
     return update(table).where(*conditions).values(**transitions.swept_columns(now))
 
 
-def insert_new(session: Session, obj: Any) -> None:
+def insert_new(session: Session, obj: Any, *, sweep: tuple[int, datetime] | None = None) -> None:
     """INSERT a new workflow or execution by Core; it joins the session persistent and clean.
 
     Pending changes are written first: the new row may only be valid once they are (an
     execution may only be inserted once the previous one has left its active state, the
     one-active index). Columns left ``None`` get their Python default, else NULL, as the
     unit of work does (a JSON column would otherwise store the JSON literal null).
+
+    ``sweep`` (workflow id, time): that workflow's stray executions are canceled first too
+    (:func:`sweep_strays`). Where the dialect can (``Dialect.write_updates_and_insert``,
+    PostgreSQL), the pending writes, the sweep and the INSERT go out as one statement: a
+    step's outcome and its successor's row in one round trip (issue 33).
     """
     state: InstanceState[Any] = inspect(obj)
     table = state.mapper.persist_selectable
@@ -288,7 +319,6 @@ def insert_new(session: Session, obj: Any) -> None:
         raise TypeError(f"persistence.insert_new() takes a new object, not {obj!r}")
     if not isinstance(table, Table) or table.name not in _FAST_TABLES:
         raise TypeError(f"persistence.insert_new() writes workflows and executions, not {obj!r}")
-    flush(session)
     columns = _column_map(state.mapper)
     dict_ = state.dict
     row: dict[str, Any] = {}
@@ -309,9 +339,9 @@ def insert_new(session: Session, obj: Any) -> None:
         if value is not None:
             row[column.name] = value
     names = tuple(sorted(row))
-    connection = session.connection()
-    statement = _insert_statement(table, names, connection.dialect.insert_returning)
-    dict_["id"] = statement.lastrowid(connection, {f"v_{name}": row[name] for name in names})
+    dict_["id"] = _insert_after_pending(
+        session, Write(table, names, {f"v_{name}": row[name] for name in names}), sweep
+    )
     # Every column attribute is set (None where the row has NULL), so the object never has
     # to refresh itself. It then becomes persistent the way a flush makes an inserted object
     # persistent: registered as new in this transaction, so a rollback expunges it again.
@@ -321,7 +351,31 @@ def insert_new(session: Session, obj: Any) -> None:
         counts.record(session, dict_["type"], None, dict_["state"])
 
 
-def insert_execution(session: Session, **values: Any) -> StepExecution:
+def _insert_after_pending(
+    session: Session, insert: Write, sweep: tuple[int, datetime] | None
+) -> int:
+    """The pending writes (and the sweep), then ``insert``: the new row's id."""
+    if sweep is not None:
+        connection = session.connection()
+        dialect = dialect_for(connection)
+        writes, rest = _pending_writes(session) if dialect.combined_insert else ([], True)
+        if not rest and _can_sweep(dialect, writes):
+            new_id = dialect.write_updates_and_insert(
+                connection, [write for _state, write in writes], _sweep(sweep), insert
+            )
+            if new_id is not None:
+                _written(session, writes)
+                return new_id
+        sweep_strays(session, *sweep)
+    flush(session)
+    connection = session.connection()
+    statement = _insert_statement(insert.table, insert.names, connection.dialect.insert_returning)
+    return statement.lastrowid(connection, insert.params)
+
+
+def insert_execution(
+    session: Session, *, sweep: tuple[int, datetime] | None = None, **values: Any
+) -> StepExecution:
     """INSERT one step execution (see :func:`insert_new`) from column attribute values."""
     mapper: Mapper[Any] = inspect(StepExecution)
     columns = _column_map(mapper)
@@ -331,7 +385,7 @@ def insert_execution(session: Session, **values: Any) -> StepExecution:
     # Built as the ORM builds a loaded row (no __init__, no attribute events per column).
     execution: StepExecution = mapper.class_manager.new_instance()
     inspect(execution).dict.update(values)
-    insert_new(session, execution)
+    insert_new(session, execution, sweep=sweep)
     return execution
 
 
@@ -396,4 +450,12 @@ def refresh(session: Session, obj: Any, values: dict[str, Any]) -> None:
     state._commit_all(dict_, session.identity_map)
 
 
-__all__ = ["flush", "insert_execution", "insert_new", "load", "refresh", "values"]
+__all__ = [
+    "flush",
+    "insert_execution",
+    "insert_new",
+    "load",
+    "refresh",
+    "sweep_strays",
+    "values",
+]

@@ -71,11 +71,22 @@ def cancel_stray_executions(session: Session, workflow: Workflow, *, flush: bool
     swept rows are expired so the next access reads the new state.
     """
     now = utcnow()
-    if not (flush and persistence.flush(session, sweep=(workflow.id, now))):
+    if flush:
+        persistence.sweep_strays(session, workflow.id, now)
+    else:
         _STRAY_SWEEP.execute(session.connection(), {"workflow_id": workflow.id, "now": now})
+    expire_swept(session, workflow)
+
+
+def expire_swept(
+    session: Session, workflow: Workflow, inserted: StepExecution | None = None
+) -> None:
+    """Loaded copies of the workflow's executions the sweep just canceled read their new
+    state at their next access (``inserted``, the row inserted after the sweep, is not one)."""
     for obj in list(session.identity_map.values()):
         if (
             isinstance(obj, StepExecution)
+            and obj is not inserted
             and obj.workflow_id == workflow.id
             and obj.state in STRAY_STEP_STATES
             and obj not in session.new
@@ -208,13 +219,13 @@ def _insert_execution(
         # Keys are evaluated now and stored on the row (SPEC §6.2); unlimited steps skip this.
         columns.update(limits.columns(workflow, step_def))
     transitions.point_at(workflow, step_name)
-    if not fresh:  # a workflow inserted in this very call has no executions to sweep
-        # The changes so far are written right after (before the INSERT): together with it.
-        cancel_stray_executions(session, workflow, flush=True)
     # One Core INSERT (the changes made so far are written first, by Core UPDATEs): the unit
-    # of work would cost more than the rest of the step (engine/persistence.py).
+    # of work would cost more than the rest of the step (engine/persistence.py). Before it,
+    # the workflow's stray executions are swept - not for a workflow inserted in this very
+    # call, which has none - on PostgreSQL in the same statement as the writes and the INSERT.
     execution = persistence.insert_execution(
         session,
+        sweep=None if fresh else (workflow.id, utcnow()),
         workflow_id=workflow.id,
         step_name=step_name,
         **transitions.new_execution_columns(scheduled_for),
@@ -225,6 +236,8 @@ def _insert_execution(
         sent_at=now if message else None,
         **columns,
     )
+    if not fresh:
+        expire_swept(session, workflow, inserted=execution)
     if message is not None:
         message.execution_id = execution.id
         queue_message(session, message)

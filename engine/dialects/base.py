@@ -99,6 +99,9 @@ class Dialect:
     #: A flush's UPDATEs and the scheduler's stray sweep go out as one statement
     #: (:meth:`write_updates`); without, the scheduler sweeps first and flushes after.
     combined_flush: ClassVar[bool] = True
+    #: A flush's writes, the sweep and one INSERT after them go out as one statement
+    #: (:meth:`write_updates_and_insert`).
+    combined_insert: ClassVar[bool] = False
     #: A transaction may give up waiting for its own commit's durable flush
     #: (:meth:`relax_durability`); the executor then commits a step's start that way.
     asynchronous_commit: ClassVar[bool] = False
@@ -231,6 +234,20 @@ class Dialect:
         as its own UPDATE (the sweep, if any, is then done already).
         """
         return False
+
+    def write_updates_and_insert(
+        self,
+        connection: Connection,
+        writes: Sequence[Write],
+        sweep: Sweep,
+        insert: Write,
+    ) -> int | None:
+        """A flush's UPDATEs, the sweep, then one ``INSERT`` (``insert.params`` binds
+        ``v_<column>`` per name; its ``pk`` is unused) in one round trip where the backend can:
+        the new row's id. None: the backend cannot, and nothing was written (the caller
+        writes them one after another). The INSERT must see the UPDATEs and the sweep done:
+        the new row may only be valid once they are (the one-active-execution index)."""
+        return None
 
     def upsert_adding(
         self, table: Table, values: list[dict[str, Any]], keys: Sequence[Column[Any]], column: str
