@@ -429,6 +429,11 @@ def main() -> int:
     parser.add_argument("--side", choices=["ours", "raw"], help="one measurement (a round's part)")
     parser.add_argument("--n", type=int, default=100, help="--side: workflows (raw: hops)")
     parser.add_argument("--json", help="--side: where to write its figures")
+    parser.add_argument(
+        "--label",
+        help="rounds: write cost_<label>.json (not rendered into RESULTS.md; a run with a "
+        "setting changed through the environment, cited from bench/NOTES.md)",
+    )
     args = parser.parse_args()
     if args.side:
         out = side_ours(args.n) if args.side == "ours" else side_raw(args.n)
@@ -445,8 +450,13 @@ def main() -> int:
             return 2
     result = run_rounds(args.rounds, args.quick, args.neighbour)
     name = "cost_neighbour" if args.neighbour else "cost"
+    if args.label:
+        name = f"cost_{args.label}"
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / f"{name}.json").write_text(json.dumps(result, indent=2, sort_keys=True, default=str))
+    if args.label:
+        print(f"wrote {OUT / (name + '.json')}", file=sys.stderr)
+        return 0
     from bench.report import render, write_readme_table
 
     (BENCH / "RESULTS.md").write_text(render())
