@@ -123,10 +123,11 @@ class Settings:
     #: it consumes; otherwise the successor is sent to the back of its queue. This keeps a
     #: fresh workflow from waiting behind whole chains (each queued message stays short).
     inline_successor_yield_after: int = 3
-    #: GENEVA_INLINE_SUCCESSOR_START_WITH_OUTCOME — an inline successor whose start needs no
-    #: check of its own (no hero to look up, no cancel or skip condition, no signal or children
-    #: gate, no limit) is started in the commit of its predecessor's outcome instead of a
-    #: transaction of its own: one transaction per step instead of two. The price: a worker
+    #: GENEVA_INLINE_SUCCESSOR_START_WITH_OUTCOME — an inline successor whose start runs no
+    #: code of the application (no cancel or skip condition, no signal or children gate, no
+    #: limit; its hero is read again in the same transaction) is started in the commit of its
+    #: predecessor's outcome instead of a transaction of its own: one transaction per step
+    #: instead of two. The price: a worker
     #: that dies right after that commit leaves the successor in progress, for housekeeping's
     #: stuck recovery (``stuck_in_progress_threshold``), where otherwise it would leave it due
     #: and unsent, for the dispatcher's next sweep.
