@@ -600,7 +600,7 @@ class Executor:
         and unsent). Only a start that runs no code of the application: the workflow class has
         no cancel condition, and the step no skip condition, no signal or children gate and no
         concurrency or rate limit. Prepare could then only check the hero (read here, in this
-        transaction) and write the start transition, so that is written here, with the
+        transaction) and write the start transition: :meth:`_prepare` runs here, with the
         outcome, and the step's own start transaction (a lock, an UPDATE, a commit) is not
         needed (issue 33). Any other successor starts in its own transaction, its checks
         under its own lock, so nothing they raise can take this outcome down.
@@ -639,19 +639,17 @@ class Executor:
                 return None
             if hero is None:
                 return None
+            remember_hero(workflow, hero)  # prepare's check reads it, without a second query
         successor = Executor(self.session, execution.id, self.interruptible, self.max_iterations)
         successor.budget = self.budget
         successor.owns_session = True
         successor.workflow = workflow
         successor.workflow_id = workflow.id
         successor.log = ContextAdapter(log, log_context(workflow, execution))
-        successor.step_def = step_def
-        # No condition to evaluate: this cannot fail, and it reports the precondition event
-        # a prepare reports.
-        if not successor.preconditions(workflow, execution, step_def):
+        # Prepare itself, its every check and event, with nothing left that runs the
+        # application's code: it can only start the step.
+        if successor._prepare(workflow, execution) is None:
             return None
-        start_execution(execution)
-        workflow_performing(workflow, step_def.name)
         successor._prepared = (workflow, execution, step_def)
         successor._hero = hero
         self.log.debug("successor execution %s starts with this outcome's commit", execution.id)

@@ -20,6 +20,10 @@ The rules (docs/MANUAL.md, "How a step runs"):
   ``dispatch_interval``, so a sweep in the gap puts no duplicate message on the broker; a
   worker killed between the two leaves it due and unsent, and the first sweep after that
   sends it. The executor's state check under the lock keeps it from running twice.
+  (Opt-in, ``settings.inline_successor_start_with_outcome``: a successor whose start runs no
+  application code is started in the outcome's own commit instead, engine/executor.py
+  ``_start_successor``; there is then no gap, and a worker killed after it leaves the successor
+  in progress for stuck recovery.)
 * A successor's own exception is its own: its outcome is committed and reported under its
   execution (and job id) like any step's, and the task that delivered the first step ends
   without raising it (that step succeeded). Nothing the

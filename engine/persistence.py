@@ -254,23 +254,15 @@ def _sweep(sweep: tuple[int, datetime]) -> Sweep:
     )
 
 
-def sweep_strays(session: Session, workflow_id: int, now: datetime) -> None:
-    """The stray sweep (:func:`stray_sweep`) with the session's pending writes: in the same
-    statement where :func:`flush` can, else the sweep first and the writes after it."""
-    if not flush(session, sweep=(workflow_id, now)):
-        _stray_sweep_statement().execute(
-            session.connection(), {"workflow_id": workflow_id, "now": now}
-        )
-
-
-def _stray_sweep_statement() -> Compiled:
-    global _STRAY_SWEEP
-    if _STRAY_SWEEP is None:
-        _STRAY_SWEEP = Compiled(stray_sweep())
-    return _STRAY_SWEEP
-
-
-_STRAY_SWEEP: Compiled | None = None
+def sweep_strays(
+    session: Session, workflow_id: int, now: datetime, *, with_pending: bool = False
+) -> None:
+    """Cancel the workflow's stray executions (:func:`stray_sweep`). ``with_pending``: the
+    session's pending writes go with it, in the same statement where :func:`flush` can,
+    else after the sweep."""
+    if with_pending and flush(session, sweep=(workflow_id, now)):
+        return
+    _STRAY_SWEEP.execute(session.connection(), {"workflow_id": workflow_id, "now": now})
 
 
 def _stray(state: InstanceState[Any]) -> bool:
@@ -298,6 +290,9 @@ def stray_sweep(prefix: str = "", exclude: tuple[str, ...] = ()) -> Update:
     ]
     conditions.extend(table.c.id != bindparam(name) for name in exclude)
     return update(table).where(*conditions).values(**transitions.swept_columns(now))
+
+
+_STRAY_SWEEP = Compiled(stray_sweep())
 
 
 def insert_new(session: Session, obj: Any, *, sweep: tuple[int, datetime] | None = None) -> None:
@@ -366,7 +361,7 @@ def _insert_after_pending(
             if new_id is not None:
                 _written(session, writes)
                 return new_id
-        sweep_strays(session, *sweep)
+        sweep_strays(session, *sweep, with_pending=True)
     flush(session)
     connection = session.connection()
     statement = _insert_statement(insert.table, insert.names, connection.dialect.insert_returning)

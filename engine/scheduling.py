@@ -16,7 +16,6 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, object_session
 
 from geneva_drive import db, inline, limits, persistence, transitions
-from geneva_drive.compiled import Compiled
 from geneva_drive.config import settings
 from geneva_drive.dialects import dialect_for
 from geneva_drive.errors import StepNotDefinedError
@@ -60,21 +59,15 @@ def current_execution(session: Session, workflow: Workflow) -> StepExecution | N
     ).first()
 
 
-def cancel_stray_executions(session: Session, workflow: Workflow, *, flush: bool = False) -> None:
+def cancel_stray_executions(session: Session, workflow: Workflow) -> None:
     """Cancel every scheduled or waiting execution of the workflow (the "stray" sweep).
 
     A prebuilt Core UPDATE on the (workflow_id, state) index: no autoflush, no ORM
-    bookkeeping. ``flush=True``: the caller writes its pending changes next anyway; on
-    PostgreSQL the sweep then travels in the same statement as those changes, one round trip
-    (``persistence.flush`` says when that is the same as sweeping first; otherwise it sweeps
-    first here and the changes are written later, as without the flag). Loaded copies of the
-    swept rows are expired so the next access reads the new state.
+    bookkeeping. (Scheduling a new execution sweeps through ``persistence.insert_execution``
+    instead, together with the writes before it.) Loaded copies of the swept rows are expired
+    so the next access reads the new state.
     """
-    now = utcnow()
-    if flush:
-        persistence.sweep_strays(session, workflow.id, now)
-    else:
-        _STRAY_SWEEP.execute(session.connection(), {"workflow_id": workflow.id, "now": now})
+    persistence.sweep_strays(session, workflow.id, utcnow())
     expire_swept(session, workflow)
 
 
@@ -92,9 +85,6 @@ def expire_swept(
             and obj not in session.new
         ):
             session.expire(obj, list(transitions.SWEPT_ATTRIBUTES))
-
-
-_STRAY_SWEEP = Compiled(persistence.stray_sweep())
 
 
 def job_options_for(workflow: Workflow, step_def: StepDefinition | None) -> dict[str, Any]:

@@ -29,7 +29,9 @@ pytestmark = pytest.mark.usefixtures("generous_inline_time_budget")
 
 
 class HeroChain(Workflow):
-    """Three plain steps about an order: each start checks the hero (prepare's check)."""
+    """Three plain steps about an order: each start checks the hero (prepare's check). ``two``
+    writes to the order and records what it found there, so a run whose write was lost or
+    doubled shows in ``ran`` and in the order's status."""
 
     ran: list[str] = []
 
@@ -40,6 +42,7 @@ class HeroChain(Workflow):
     @step
     def two(self):
         HeroChain.ran.append(f"two:{self.hero.status}")
+        self.hero.status = f"{self.hero.status}+two"
 
     @step
     def three(self):
@@ -142,6 +145,8 @@ def test_a_chain_of_plain_steps_commits_once_per_step(geneva_session, geneva_tra
         ("three", "completed", "success"),
     ]
     assert HeroChain.ran == ["one", "two:new", "three"]
+    geneva_session.expire_all()
+    assert workflow.hero.status == "new+two"  # two's write, committed with its outcome
     one, two, three = executions(geneva_session, workflow)
     for successor, predecessor in ((two, one), (three, two)):
         # Started in the commit of its predecessor's outcome: never sent, a job id of its own.
@@ -299,6 +304,8 @@ def test_a_worker_that_dies_after_the_commit_leaves_the_successor_to_stuck_recov
         ("two", "completed", "success"),
         ("three", "completed", "success"),
     ]
+    geneva_session.expire_all()
+    assert workflow.hero.status == "new+two"  # the recovered run wrote once
 
 
 def test_a_pause_right_after_the_commit_finds_the_successor_running(
@@ -333,6 +340,9 @@ def test_a_pause_right_after_the_commit_finds_the_successor_running(
     geneva_session.commit()
     (message,) = geneva_transport.messages
     assert executor.execute(message.execution_id, budget=inline.Budget())
+    # The discarded attempt's write rolled back: the rerun found the order as it was, and the
+    # order carries the step's write once.
     assert HeroChain.ran == ["one", "two:new", "two:new", "three"]
     geneva_session.expire_all()
     assert workflow.state == "finished"
+    assert workflow.hero.status == "new+two"
