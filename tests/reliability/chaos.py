@@ -94,10 +94,37 @@ def _stop_all() -> None:
 atexit.register(_stop_all)
 
 
+_PORTS = random.SystemRandom()  # not the seeded schedule's generator
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on, for a private server that binds it later (restarted
+    servers bind it again).
+
+    Not one the kernel hands out for outgoing connections (port 0 would give one): between
+    this check and the server's bind, any client socket of the suite's parallel workers could
+    take such a port. A private RabbitMQ refused to start on 2026-12-06 when its
+    distribution port had gone to a client (``dist_port_already_used … not_erlang``). Below
+    the ephemeral range only another listener can take it.
+    """
+    high = _ephemeral_low()
+    low = max(1024, high - 12000)
+    for _ in range(500):
+        port = _PORTS.randrange(low, high)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError(f"no free port between {low} and {high}")
 
 
 def port_open(port: int) -> bool:

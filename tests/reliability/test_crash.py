@@ -13,7 +13,6 @@ redis-server on a free port, started and killed by its own PID (never the machin
 from __future__ import annotations
 
 import shutil
-import socket
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -41,6 +40,7 @@ from tests.integration.conftest import (
     wait_until,
     workflow_state,
 )
+from tests.reliability.chaos import free_port
 from tests.reliability.crash_flows import (
     CrashBodyWorkflow,
     CrashChildWorkflow,
@@ -60,12 +60,6 @@ from tests.reliability.invariants import assert_invariants
 pytestmark = pytest.mark.integration
 
 MODULES = "tests.integration.flows,tests.reliability.crash_flows"
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _hung(log: Path, what: str, timeout: float = 60.0) -> None:
@@ -419,7 +413,7 @@ class PrivateRedis:
     """A redis-server of our own on a free port, no persistence; killed by its own PID."""
 
     def __init__(self, directory: Path, procs: list[Process]) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.directory = directory
         self.procs = procs
         self.process: Process | None = None
