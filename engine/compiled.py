@@ -47,6 +47,9 @@ class _Form:
     processors: Mapping[str, _Processor]
     #: Per result column: its processor or None.
     results: tuple[_Processor | None, ...]
+    #: (index, processor) of the result columns that have one: a lock row has 46 columns,
+    #: fewer than half of them processed, and each is read once per step.
+    processed: tuple[tuple[int, _Processor], ...]
 
 
 class Compiled:
@@ -108,10 +111,12 @@ class Compiled:
             cursor.close()
         if row is None:
             return None
-        return tuple(
-            value if processor is None or value is None else processor(value)
-            for value, processor in zip(row, form.results, strict=True)
-        )
+        values = list(row)
+        for index, processor in form.processed:
+            value = values[index]
+            if value is not None:
+                values[index] = processor(value)
+        return tuple(values)
 
     def lastrowid(self, connection: Connection, params: Mapping[str, Any]) -> int:
         """Run an INSERT; the new row's id (``RETURNING`` where compiled with it)."""
@@ -166,7 +171,10 @@ def _compile(statement: ClauseElement, dialect: Dialect) -> _Form:
         entry.type._cached_result_processor(dialect, None) for entry in compiled._result_columns
     )
     order = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
-    return _Form(compiled.string, order, defaults, required, processors, results)
+    processed = tuple(
+        (index, processor) for index, processor in enumerate(results) if processor is not None
+    )
+    return _Form(compiled.string, order, defaults, required, processors, results, processed)
 
 
 __all__ = ["Compiled"]
