@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Table, bindparam, event, select
+from sqlalchemy import Engine, Table, bindparam, event, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -264,6 +264,14 @@ _LOCK_READ = (
 )
 _LOCK_SQLITE = Compiled(_LOCK_READ)
 _LOCK_FOR_UPDATE = Compiled(_LOCK_READ.with_for_update())
+# Finalize's, where its commit may start the successor (PostgreSQL, the opt-in of
+# ``_start_successor``): the same read, with an id drawn for that successor's row, which is then
+# inserted started at the commit (inline.deferred_id, persistence.write_deferred).
+_LOCK_FOR_UPDATE_NEXT_ID = Compiled(
+    _LOCK_READ.add_columns(
+        func.nextval(func.pg_get_serial_sequence(_EXECUTIONS.name, _EXECUTIONS.c.id.name))
+    ).with_for_update()
+)
 # The row's columns, in order: the workflow's, then the execution's.
 _WORKFLOW_NAMES = tuple(column.name for column in _WORKFLOWS.columns)
 _EXECUTION_NAMES = tuple(column.name for column in _EXECUTIONS.columns)
@@ -364,6 +372,9 @@ class Executor:
         #: needed no check of its own: ``_start_successor``); None: it starts in its own
         #: transaction, as a delivered execution does.
         self.started: Executor | None = None
+        #: Finalize's lock read draws an id for a successor its commit may start (PostgreSQL):
+        #: that successor's row is then inserted started, with this step's outcome.
+        self.draws_id = False
         #: Set on a started successor: what its prepare would have returned, and its hero as
         #: read for the start (None: the class proceeds without one).
         self._prepared: tuple[Workflow, StepExecution, StepDefinition] | None = None
@@ -395,10 +406,18 @@ class Executor:
         session = self.session
         db.begin_write(session)
         persistence.flush(session)
-        statement = _LOCK_FOR_UPDATE if dialect_for(session).row_locks else _LOCK_SQLITE
+        dialect = dialect_for(session)
+        draws_id = self.draws_id and dialect.combined_insert
+        if draws_id:
+            statement = _LOCK_FOR_UPDATE_NEXT_ID
+        else:
+            statement = _LOCK_FOR_UPDATE if dialect.row_locks else _LOCK_SQLITE
         row = statement.first(session.connection(), {"execution_id": self.execution_id})
         if row is None:
             return None
+        if draws_id:
+            inline.offer_id(session, row[-1])
+            row = row[:-1]
         workflow = persistence.load(
             session, Workflow, dict(zip(_WORKFLOW_NAMES, row[:_SPLIT], strict=True))
         )
@@ -555,6 +574,7 @@ class Executor:
             self.session.rollback()
             wrote = False
 
+        self.draws_id = self._may_start_successor()
         for retry in range(_DEADLOCK_RETRIES + 1):
             try:
                 inline.arm(self.session, self.budget)
@@ -605,21 +625,16 @@ class Executor:
         needed (issue 33). Any other successor starts in its own transaction, its checks
         under its own lock, so nothing they raise can take this outcome down.
         """
-        if not (settings.inline_successor_start_with_outcome and self.owns_session):
+        if not self._may_start_successor():
             return None
         workflow, execution = self.workflow, self.successor
         if workflow is None or execution is None or execution.state != StepState.SCHEDULED:
             return None
         cls = type(workflow)
-        if cls._cancel_conditions:
-            return None
         step_def = workflow.steps.named(execution.step_name)
         if (
             step_def is None
-            or step_def.removed
-            or step_def.skip_if is not None
-            or step_def.waits_for_signal
-            or step_def.wait_for_children
+            or not inline.start_runs_no_code(workflow, step_def)
             or execution.limit_slot is not None
             or execution.step_limit_slot is not None
             or execution.rate_slot is not None
@@ -631,8 +646,12 @@ class Executor:
             # Prepare's hero check, read in this transaction as prepare would read it in its
             # own. A hero that is gone (or cannot be looked up) is left to the successor's own
             # prepare, which cancels the workflow (or applies the policy) under its own lock.
+            # Without an autoflush: what is pending is this transaction's engine rows (the
+            # body's writes went out before finalize's lock), which the hero's read does not
+            # see, and a successor row inserted at the commit stays one statement with them.
             try:
-                hero = load_hero(self.session, workflow.hero_type, workflow.hero_id, fresh=True)
+                with self.session.no_autoflush:
+                    hero = load_hero(self.session, workflow.hero_type, workflow.hero_id, fresh=True)
             except SQLAlchemyError:
                 raise
             except Exception:
@@ -654,6 +673,15 @@ class Executor:
         successor._hero = hero
         self.log.debug("successor execution %s starts with this outcome's commit", execution.id)
         return successor
+
+    def _may_start_successor(self) -> bool:
+        """Whether this finalize's commit may start its successor (the opt-in, and a session
+        the successor can take over)."""
+        return (
+            settings.inline_successor_start_with_outcome
+            and self.owns_session
+            and self.budget is not None
+        )
 
     def adopt_committed(self) -> None:
         """After the commit that started this successor: its session holds nothing but fresh

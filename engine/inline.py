@@ -60,6 +60,7 @@ from geneva_drive.transport import Message, enqueues_deferred, queue_message
 
 if TYPE_CHECKING:
     from geneva_drive.models import StepExecution
+    from geneva_drive.steps import StepDefinition
     from geneva_drive.workflow import Workflow
 
 _CLAIM_KEY = "geneva_inline_claim"
@@ -166,6 +167,9 @@ class Claim:
     execution: StepExecution | None = None
     #: A second execution was created in the same phase: the first is swept as a stray.
     superseded: bool = False
+    #: An execution id drawn for this phase's successor by the lock read (PostgreSQL, with
+    #: ``settings.inline_successor_start_with_outcome``): see :func:`deferred_id`.
+    next_id: int | None = None
 
 
 def arm(session: Session, budget: Budget | None) -> None:
@@ -179,6 +183,51 @@ def arm(session: Session, budget: Budget | None) -> None:
 
 def disarm(session: Session) -> None:
     session.info.pop(_CLAIM_KEY, None)
+
+
+def offer_id(session: Session, execution_id: int) -> None:
+    """The phase's lock read drew ``execution_id`` from the executions' sequence for a
+    successor this phase may create (:func:`deferred_id`)."""
+    claim: Claim | None = session.info.get(_CLAIM_KEY)
+    if claim is not None:
+        claim.next_id = execution_id
+
+
+def start_runs_no_code(workflow: Workflow, step_def: StepDefinition | None) -> bool:
+    """Whether starting ``step_def`` runs no code of the application and checks nothing a
+    predecessor's commit could not: no cancel condition on the class, and a step that is
+    defined, not removed, without a skip condition and without a signal or children gate.
+    (Its execution must also hold no limit slot and continue no chain: the callers check
+    their row.) Such a start is the hero check and the start transition, nothing else."""
+    return (
+        not type(workflow)._cancel_conditions
+        and step_def is not None
+        and not step_def.removed
+        and step_def.skip_if is None
+        and not step_def.waits_for_signal
+        and not step_def.wait_for_children
+    )
+
+
+def deferred_id(
+    session: Session, workflow: Workflow, step_def: StepDefinition | None
+) -> int | None:
+    """The id the successor the claim just took (:func:`take`) is inserted under, with its row
+    written at the phase's commit instead of now (``persistence.insert_new(deferred_id=)``),
+    or None: insert it now.
+
+    Only where the lock read drew an id, and only a successor whose start runs no code
+    (:func:`start_runs_no_code`; the scheduler has ruled out limits and continuations): the
+    executor then starts it before the commit (``Executor._start_successor``), and its row is
+    inserted already started, in the one statement that also writes its predecessor's outcome
+    (issue 33). One id per phase."""
+    claim: Claim | None = session.info.get(_CLAIM_KEY)
+    if claim is None or claim.next_id is None or claim.message is None:
+        return None
+    if not start_runs_no_code(workflow, step_def):
+        return None
+    execution_id, claim.next_id = claim.next_id, None
+    return execution_id
 
 
 def take(session: Session, message: Message, *, continuation: bool) -> bool:

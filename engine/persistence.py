@@ -37,6 +37,7 @@ from sqlalchemy import (
     Table,
     Update,
     bindparam,
+    event,
     insert,
     inspect,
     literal_column,
@@ -157,6 +158,8 @@ def flush(
     rows by id: one statement never changes a row twice). Returns True if it swept; False,
     having written nothing, if the caller must sweep first and flush afterwards.
     """
+    if _DEFERRED in session.info:
+        write_deferred(session)
     writes, rest = _pending_writes(session)
     connection = session.connection() if writes or asynchronous_commit or sweep else None
     dialect = dialect_for(connection) if connection is not None else None
@@ -295,7 +298,13 @@ def stray_sweep(prefix: str = "", exclude: tuple[str, ...] = ()) -> Update:
 _STRAY_SWEEP = Compiled(stray_sweep())
 
 
-def insert_new(session: Session, obj: Any, *, sweep: tuple[int, datetime] | None = None) -> None:
+def insert_new(
+    session: Session,
+    obj: Any,
+    *,
+    sweep: tuple[int, datetime] | None = None,
+    deferred_id: int | None = None,
+) -> None:
     """INSERT a new workflow or execution by Core; it joins the session persistent and clean.
 
     Pending changes are written first: the new row may only be valid once they are (an
@@ -307,6 +316,13 @@ def insert_new(session: Session, obj: Any, *, sweep: tuple[int, datetime] | None
     (:func:`sweep_strays`). Where the dialect can (``Dialect.write_updates_and_insert``,
     PostgreSQL), the pending writes, the sweep and the INSERT go out as one statement: a
     step's outcome and its successor's row in one round trip (issue 33).
+
+    ``deferred_id`` (an execution with a ``sweep``, its id drawn from the sequence already):
+    nothing is written now. The object joins the session persistent under that id, and its
+    row goes out at the next write of this session (:func:`write_deferred`: the next flush,
+    INSERT or commit), with whatever its attributes say then, in the same statement as the
+    pending writes and the sweep where the dialect can. The executor starts an inline
+    successor in between, so its row is inserted started (issue 33).
     """
     state: InstanceState[Any] = inspect(obj)
     table = state.mapper.persist_selectable
@@ -314,6 +330,8 @@ def insert_new(session: Session, obj: Any, *, sweep: tuple[int, datetime] | None
         raise TypeError(f"persistence.insert_new() takes a new object, not {obj!r}")
     if not isinstance(table, Table) or table.name not in _FAST_TABLES:
         raise TypeError(f"persistence.insert_new() writes workflows and executions, not {obj!r}")
+    if deferred_id is not None and (table is not _EXECUTIONS or sweep is None):
+        raise TypeError("persistence.insert_new(deferred_id=) defers an execution with a sweep")
     columns = _column_map(state.mapper)
     dict_ = state.dict
     row: dict[str, Any] = {}
@@ -333,23 +351,106 @@ def insert_new(session: Session, obj: Any, *, sweep: tuple[int, datetime] | None
         dict_[key] = value
         if value is not None:
             row[column.name] = value
-    names = tuple(sorted(row))
-    dict_["id"] = _insert_after_pending(
-        session, Write(table, names, {f"v_{name}": row[name] for name in names}), sweep
-    )
+    if deferred_id is not None:
+        assert sweep is not None
+        write_deferred(session)  # one at a time: an earlier one goes out first
+        dict_["id"] = deferred_id
+    else:
+        names = tuple(sorted(row))
+        dict_["id"] = _insert_after_pending(
+            session, Write(table, names, {f"v_{name}": row[name] for name in names}), sweep
+        )
     # Every column attribute is set (None where the row has NULL), so the object never has
     # to refresh itself. It then becomes persistent the way a flush makes an inserted object
     # persistent: registered as new in this transaction, so a rollback expunges it again.
     session.add(obj)
     session._register_persistent({state})
+    if deferred_id is not None:
+        assert sweep is not None
+        # The object itself, not its state: the identity map holds a clean object weakly.
+        session.info[_DEFERRED] = (obj, sweep)
     if table.name == counts.WORKFLOWS_TABLE:
         counts.record(session, dict_["type"], None, dict_["state"])
+
+
+# session.info key: the (execution, sweep) whose INSERT waits for the next write.
+_DEFERRED = "geneva_deferred_insert"
+
+
+def write_deferred(session: Session, *, flushing: bool = False) -> None:
+    """INSERT the execution :func:`insert_new` deferred, if any, with its attributes as they
+    are now: the pending writes and the sweep first, in one statement with the INSERT where
+    the dialect can (one round trip for a step's outcome and its started successor).
+
+    ``flushing``: called by the unit of work's own flush, which writes what else is pending
+    (new objects, other classes) after this; the engine's rows go out here by Core."""
+    deferred: tuple[Any, tuple[int, datetime]] | None = session.info.pop(_DEFERRED, None)
+    if deferred is None:
+        return
+    obj, sweep = deferred
+    state: InstanceState[Any] = inspect(obj)
+    columns = _column_map(state.mapper)
+    dict_ = state.dict
+    row = {
+        column.name: dict_[key]
+        for key, column in columns.items()
+        if column is not None and dict_.get(key) is not None
+    }
+    names = tuple(sorted(row))
+    insert = Write(_EXECUTIONS, names, {f"v_{name}": row[name] for name in names})
+    # Its values are in the INSERT: the object is clean, so no UPDATE is built for it.
+    state._commit_all(dict_, session.identity_map)
+    connection = session.connection()
+    dialect = dialect_for(connection)
+    writes, rest = _pending_writes(session)
+    if dialect.combined_insert and (flushing or not rest) and _can_sweep(dialect, writes):
+        dialect.write_updates_and_insert(
+            connection, [write for _state, write in writes], _sweep(sweep), insert
+        )
+        _written(session, writes)
+        return
+    if flushing:
+        if dialect.combined_flush and _can_sweep(dialect, writes):
+            _write_rows(connection, dialect, writes, False, sweep)
+        else:
+            _STRAY_SWEEP.execute(connection, {"workflow_id": sweep[0], "now": sweep[1]})
+            if writes:
+                _write_rows(connection, dialect, writes, False, None)
+        _written(session, writes)
+    else:
+        sweep_strays(session, *sweep, with_pending=True)
+        flush(session)
+    _insert_statement(_EXECUTIONS, names, connection.dialect.insert_returning).lastrowid(
+        connection, insert.params
+    )
+
+
+@event.listens_for(Session, "before_flush")
+def _deferred_before_flush(session: Session, _context: Any, _instances: Any) -> None:
+    # The unit of work may write rows that must follow it (or read it back): it goes first.
+    if _DEFERRED in session.info:
+        write_deferred(session, flushing=True)
+
+
+@event.listens_for(Session, "before_commit")
+def _deferred_before_commit(session: Session) -> None:
+    # A commit with nothing else to flush never runs before_flush.
+    if _DEFERRED in session.info:
+        write_deferred(session)
+
+
+@event.listens_for(Session, "after_rollback")
+def _deferred_rolled_back(session: Session) -> None:
+    # The object is expunged with the transaction that registered it; its row never existed.
+    session.info.pop(_DEFERRED, None)
 
 
 def _insert_after_pending(
     session: Session, insert: Write, sweep: tuple[int, datetime] | None
 ) -> int:
     """The pending writes (and the sweep), then ``insert``: the new row's id."""
+    if _DEFERRED in session.info:
+        write_deferred(session)
     if sweep is not None:
         connection = session.connection()
         dialect = dialect_for(connection)
@@ -369,7 +470,11 @@ def _insert_after_pending(
 
 
 def insert_execution(
-    session: Session, *, sweep: tuple[int, datetime] | None = None, **values: Any
+    session: Session,
+    *,
+    sweep: tuple[int, datetime] | None = None,
+    deferred_id: int | None = None,
+    **values: Any,
 ) -> StepExecution:
     """INSERT one step execution (see :func:`insert_new`) from column attribute values."""
     mapper: Mapper[Any] = inspect(StepExecution)
@@ -380,7 +485,7 @@ def insert_execution(
     # Built as the ORM builds a loaded row (no __init__, no attribute events per column).
     execution: StepExecution = mapper.class_manager.new_instance()
     inspect(execution).dict.update(values)
-    insert_new(session, execution, sweep=sweep)
+    insert_new(session, execution, sweep=sweep, deferred_id=deferred_id)
     return execution
 
 
@@ -453,4 +558,5 @@ __all__ = [
     "refresh",
     "sweep_strays",
     "values",
+    "write_deferred",
 ]

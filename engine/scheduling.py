@@ -76,15 +76,29 @@ def expire_swept(
 ) -> None:
     """Loaded copies of the workflow's executions the sweep just canceled read their new
     state at their next access (``inserted``, the row inserted after the sweep, is not one)."""
-    for obj in list(session.identity_map.values()):
-        if (
-            isinstance(obj, StepExecution)
-            and obj is not inserted
-            and obj.workflow_id == workflow.id
-            and obj.state in STRAY_STEP_STATES
-            and obj not in session.new
-        ):
-            session.expire(obj, list(transitions.SWEPT_ATTRIBUTES))
+    for obj in _loaded_strays(session, workflow, inserted):
+        session.expire(obj, list(transitions.SWEPT_ATTRIBUTES))
+
+
+def _loaded_strays(
+    session: Session, workflow: Workflow, inserted: StepExecution | None = None
+) -> list[StepExecution]:
+    return [
+        obj
+        for obj in list(session.identity_map.values())
+        if isinstance(obj, StepExecution)
+        and obj is not inserted
+        and obj.workflow_id == workflow.id
+        and obj.state in STRAY_STEP_STATES
+        and obj not in session.new
+    ]
+
+
+def _strays_loaded(session: Session, workflow: Workflow) -> bool:
+    """Whether the session holds a copy of an execution the sweep would cancel: a deferred
+    INSERT (and its sweep) must not wait then, or the copy would be expired before its row
+    changed, and read back unchanged."""
+    return bool(_loaded_strays(session, workflow))
 
 
 def job_options_for(workflow: Workflow, step_def: StepDefinition | None) -> dict[str, Any]:
@@ -205,9 +219,17 @@ def _insert_execution(
         held, message = message, None
     else:
         held = None
-    if limits.has_limits(workflow, step_def):
+    limited = limits.has_limits(workflow, step_def)
+    if limited:
         # Keys are evaluated now and stored on the row (SPEC §6.2); unlimited steps skip this.
         columns.update(limits.columns(workflow, step_def))
+    deferred_id = None
+    if held is not None and not fresh and not limited:
+        # The executor may start this successor before its commit (issue 33): then its row is
+        # inserted started, with its predecessor's outcome (persistence.write_deferred).
+        deferred_id = inline.deferred_id(session, workflow, step_def)
+        if deferred_id is not None and _strays_loaded(session, workflow):
+            deferred_id = None
     transitions.point_at(workflow, step_name)
     # One Core INSERT (the changes made so far are written first, by Core UPDATEs): the unit
     # of work would cost more than the rest of the step (engine/persistence.py). Before it,
@@ -216,6 +238,7 @@ def _insert_execution(
     execution = persistence.insert_execution(
         session,
         sweep=None if fresh else (workflow.id, utcnow()),
+        deferred_id=deferred_id,
         workflow_id=workflow.id,
         step_name=step_name,
         **transitions.new_execution_columns(scheduled_for),

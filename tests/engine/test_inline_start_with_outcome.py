@@ -18,6 +18,7 @@ from sqlalchemy import event
 
 from geneva_drive import Workflow, db, executor, housekeeping, inline, step
 from geneva_drive.config import Settings, settings
+from geneva_drive.dialects import dialect_for
 from geneva_drive.instrumentation import (
     inline_successor,
     precondition_evaluated,
@@ -156,6 +157,51 @@ def test_a_chain_of_plain_steps_commits_once_per_step(geneva_session, geneva_tra
     assert geneva_transport.messages == []
     geneva_session.expire_all()
     assert workflow.state == "finished"
+
+
+@pytest.fixture
+def inserted() -> Iterator[list[tuple[str, Any]]]:
+    """(statement kind, the successor row's state) of each execution INSERT the engine sends;
+    and every statement other than BEGIN/COMMIT, as ("statement", None)."""
+    seen: list[tuple[str, Any]] = []
+
+    def record(_c: Any, _cursor: Any, statement: str, params: Any, _ctx: Any, _many: Any) -> None:
+        seen.append(("statement", None))
+        if "INSERT INTO geneva_drive_step_executions" in statement:
+            if isinstance(params, dict):
+                state = params.get("i_v_state", params.get("v_state"))
+            else:  # positional (qmark): the state is among the values
+                state = next((p for p in params if p in ("scheduled", "in_progress")), None)
+            seen.append(("insert", state))
+
+    engine = db.get_engine()
+    event.listen(engine, "before_cursor_execute", record)
+    yield seen
+    event.remove(engine, "before_cursor_execute", record)
+
+
+def test_postgresql_inserts_a_successor_started_with_its_predecessor_s_outcome(
+    geneva_session, geneva_transport, inserted
+):
+    """PostgreSQL: the lock read draws the successor's id, and one statement writes the
+    outcome and inserts the successor already in progress; no UPDATE starts it afterwards.
+    Elsewhere the row is inserted scheduled and started by an UPDATE in the same commit."""
+    workflow, first = _run(geneva_session, HerolessChain)
+    inserted.clear()
+    assert executor.execute(first, budget=inline.Budget())
+    states = [state for kind, state in inserted if kind == "insert"]
+    statements = sum(1 for kind, _state in inserted if kind == "statement")
+    if dialect_for(geneva_session).combined_insert:
+        assert states == ["in_progress", "in_progress"]
+        # one's start: a lock read and an UPDATE; then per step a lock read (drawing the next
+        # id) and one write; three's commit also adds the finished workflow to its count.
+        assert statements == 2 + 2 + 2 + 2 + 1, inserted
+    else:
+        assert states == ["scheduled", "scheduled"]
+    one, two, three = executions(geneva_session, workflow)
+    assert (two.state, three.state) == ("completed", "completed")
+    assert two.id > one.id and three.id > two.id
+    assert two.sent_at is None and two.started_at is not None
 
 
 def test_off_by_default_and_read_from_its_environment_variable():

@@ -605,3 +605,143 @@ def test_scheduling_the_next_step_cancels_a_stray_on_every_backend(geneva_sessio
         ("first", "completed", "success"),
         ("second", "scheduled", None),
     ]
+
+
+# --- an INSERT deferred to the next write (issue 33: a successor inserted already started) ---
+
+
+def _drawn_execution_id(session) -> int:
+    """An execution id as the executor's lock read draws one (PostgreSQL: from the sequence);
+    elsewhere one above every row (the deferral itself works on every backend)."""
+    if dialect_for(session).name == "postgresql":
+        return int(
+            session.scalar(
+                text("SELECT nextval(pg_get_serial_sequence('geneva_drive_step_executions', 'id'))")
+            )
+        )
+    return int(
+        session.scalar(text("SELECT COALESCE(MAX(id), 0) + 1000 FROM geneva_drive_step_executions"))
+    )
+
+
+def _running(session) -> Workflow:
+    """A workflow whose first step is in progress, as finalize finds it."""
+    workflow = PersistFlow.create(hero=make_order(session))
+    session.commit()
+    workflow.current_execution.state = StepState.IN_PROGRESS
+    session.commit()
+    return workflow
+
+
+def _defer_second(session, workflow, execution_id: int) -> StepExecution:
+    first = workflow.current_execution
+    first.state = StepState.COMPLETED  # frees the one-active slot, with the deferred INSERT
+    workflow.next_step_name = "second"
+    return persistence.insert_execution(
+        session,
+        sweep=(workflow.id, utcnow()),
+        deferred_id=execution_id,
+        workflow_id=workflow.id,
+        step_name="second",
+        state=StepState.SCHEDULED,
+        scheduled_for=first.scheduled_for,
+    )
+
+
+def _rows(workflow_id: int) -> dict[int, str]:
+    with other_session() as other:
+        return dict(
+            other.execute(
+                text("SELECT id, state FROM geneva_drive_step_executions WHERE workflow_id = :w"),
+                {"w": workflow_id},
+            ).all()
+        )
+
+
+def test_a_deferred_execution_is_inserted_at_the_commit_as_its_attributes_then_say(geneva_session):
+    workflow = _running(geneva_session)
+    first = workflow.current_execution
+    new_id = _drawn_execution_id(geneva_session)
+    with statements() as seen:
+        created = _defer_second(geneva_session, workflow, new_id)
+        # Nothing is written yet; the object is the session's, under the id drawn for it.
+        assert _writes(seen) == [] and [s for s in seen if s.startswith("WITH")] == []
+        assert created.id == new_id and geneva_session.get(StepExecution, new_id) is created
+        assert inspect(created).persistent
+        created.state = StepState.IN_PROGRESS  # what the merged start does before the commit
+        created.started_at = utcnow()
+        geneva_session.commit()  # no flush first: the commit writes it
+    writes = [s for s in seen if s.split(" ", 1)[0] in ("UPDATE", "INSERT", "WITH")]
+    assert _rows(workflow.id) == {first.id: "completed", new_id: "in_progress"}
+    with other_session() as other:
+        assert other.get(StepExecution, new_id).started_at is not None
+        assert other.get(type(workflow), workflow.id).next_step_name == "second"
+    assert not inspect(created).modified
+    if dialect_for(geneva_session).combined_insert:
+        # The outcome's UPDATEs, the sweep and the started row: one statement.
+        assert len(writes) == 1 and " INSERT INTO geneva_drive_step_executions " in writes[0], (
+            writes
+        )
+        assert "geneva_sweep" in writes[0]
+
+
+def test_a_rollback_drops_a_deferred_execution_with_its_transaction(geneva_session):
+    workflow = _running(geneva_session)
+    first = workflow.current_execution
+    created = _defer_second(geneva_session, workflow, _drawn_execution_id(geneva_session))
+    geneva_session.rollback()
+    assert created not in geneva_session and inspect(created).transient
+    with statements() as seen:
+        geneva_session.commit()
+    assert seen == []
+    assert _rows(workflow.id) == {first.id: "in_progress"}
+
+
+def test_the_unit_of_work_writes_a_deferred_execution_before_its_own_rows(geneva_session):
+    workflow = _running(geneva_session)
+    new_id = _drawn_execution_id(geneva_session)
+    _defer_second(geneva_session, workflow, new_id)
+    make_order(geneva_session)  # a new object: Session.flush() has work of its own
+    geneva_session.flush()
+    assert (
+        geneva_session.scalar(
+            text("SELECT state FROM geneva_drive_step_executions WHERE id = :id"), {"id": new_id}
+        )
+        == "scheduled"
+    )
+    geneva_session.commit()
+
+
+def test_a_second_execution_sweeps_a_deferred_one_as_its_stray(geneva_session):
+    """As when two executions are scheduled in one phase: the first goes out, then the
+    second's sweep cancels it."""
+    workflow = _running(geneva_session)
+    first = workflow.current_execution
+    deferred = _defer_second(geneva_session, workflow, _drawn_execution_id(geneva_session))
+    second = persistence.insert_execution(
+        geneva_session,
+        sweep=(workflow.id, utcnow()),
+        workflow_id=workflow.id,
+        step_name="second",
+        state=StepState.SCHEDULED,
+        scheduled_for=first.scheduled_for,
+    )
+    geneva_session.commit()
+    assert _rows(workflow.id) == {
+        first.id: "completed",
+        deferred.id: "canceled",
+        second.id: "scheduled",
+    }
+
+
+def test_only_an_execution_with_a_sweep_is_deferred(geneva_session):
+    workflow = PersistFlow.create(hero=make_order(geneva_session))
+    with pytest.raises(TypeError, match="deferred_id"):
+        persistence.insert_execution(
+            geneva_session,
+            deferred_id=10**9,
+            workflow_id=workflow.id,
+            step_name="second",
+            state=StepState.SCHEDULED,
+            scheduled_for=utcnow(),
+        )
