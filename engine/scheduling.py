@@ -9,6 +9,7 @@ sweep covers waiting).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -76,29 +77,29 @@ def expire_swept(
 ) -> None:
     """Loaded copies of the workflow's executions the sweep just canceled read their new
     state at their next access (``inserted``, the row inserted after the sweep, is not one)."""
-    for obj in _loaded_strays(session, workflow, inserted):
+    for obj in list(_loaded_strays(session, workflow, inserted)):
         session.expire(obj, list(transitions.SWEPT_ATTRIBUTES))
 
 
 def _loaded_strays(
     session: Session, workflow: Workflow, inserted: StepExecution | None = None
-) -> list[StepExecution]:
-    return [
-        obj
-        for obj in list(session.identity_map.values())
-        if isinstance(obj, StepExecution)
-        and obj is not inserted
-        and obj.workflow_id == workflow.id
-        and obj.state in STRAY_STEP_STATES
-        and obj not in session.new
-    ]
+) -> Iterator[StepExecution]:
+    for obj in list(session.identity_map.values()):
+        if (
+            isinstance(obj, StepExecution)
+            and obj is not inserted
+            and obj.workflow_id == workflow.id
+            and obj.state in STRAY_STEP_STATES
+            and obj not in session.new
+        ):
+            yield obj
 
 
 def _strays_loaded(session: Session, workflow: Workflow) -> bool:
     """Whether the session holds a copy of an execution the sweep would cancel: a deferred
     INSERT (and its sweep) must not wait then, or the copy would be expired before its row
     changed, and read back unchanged."""
-    return bool(_loaded_strays(session, workflow))
+    return any(True for _obj in _loaded_strays(session, workflow))
 
 
 def job_options_for(workflow: Workflow, step_def: StepDefinition | None) -> dict[str, Any]:
@@ -249,7 +250,7 @@ def _insert_execution(
         sent_at=now if message else None,
         **columns,
     )
-    if not fresh:
+    if not fresh and deferred_id is None:  # deferred: no stray was loaded (checked above)
         expire_swept(session, workflow, inserted=execution)
     if message is not None:
         message.execution_id = execution.id
