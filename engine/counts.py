@@ -130,9 +130,9 @@ def _totals(changes: list[Change]) -> dict[tuple[str, str], int]:
     return {key: n for key, n in totals.items() if n}
 
 
-def read(session: Session) -> dict[tuple[str, str], int]:
-    """Workflows per (class, state), every pair with at least one workflow (one round trip:
-    the kept rows, and the workflows being performed right now to split ``ongoing``)."""
+def read_statement() -> Any:
+    """What :func:`read` runs: the kept rows per (class, state), and per class the workflows
+    being performed (bench/engine_metrics.py explains its plan)."""
     w = _workflows()
     kept = select(_COUNTS.c.type, _COUNTS.c.state, func.sum(_COUNTS.c.count).label("n")).group_by(
         _COUNTS.c.type, _COUNTS.c.state
@@ -142,9 +142,15 @@ def read(session: Session) -> dict[tuple[str, str], int]:
         .where(w.c.state == _PERFORMING)
         .group_by(w.c.type)
     )
+    return union_all(kept, performing)
+
+
+def read(session: Session) -> dict[tuple[str, str], int]:
+    """Workflows per (class, state), every pair with at least one workflow (one round trip:
+    the kept rows, and the workflows being performed right now to split ``ongoing``)."""
     stored: dict[tuple[str, str], int] = {}
     split: dict[str, int] = {}
-    for workflow_type, state, n in session.execute(union_all(kept, performing)).all():
+    for workflow_type, state, n in session.execute(read_statement()).all():
         if state == _PERFORMING:
             split[workflow_type] = int(n)
         elif n:
