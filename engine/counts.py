@@ -40,7 +40,16 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from sqlalchemy import Connection, bindparam, event, func, literal, select, union_all
+from sqlalchemy import (
+    CompoundSelect,
+    Connection,
+    bindparam,
+    event,
+    func,
+    literal,
+    select,
+    union_all,
+)
 from sqlalchemy.orm import InstanceState, Session
 from sqlalchemy.orm.base import NO_VALUE
 
@@ -130,7 +139,7 @@ def _totals(changes: list[Change]) -> dict[tuple[str, str], int]:
     return {key: n for key, n in totals.items() if n}
 
 
-def read_statement() -> Any:
+def read_statement() -> CompoundSelect[str, str, int]:
     """What :func:`read` runs: the kept rows per (class, state), and per class the workflows
     being performed (bench/engine_metrics.py explains its plan)."""
     w = _workflows()

@@ -574,7 +574,8 @@ class Executor:
             self.session.rollback()
             wrote = False
 
-        self.draws_id = self._may_start_successor()
+        # A class with a cancel condition never starts a successor with the outcome: no id.
+        self.draws_id = self._may_start_successor() and not type(workflow)._cancel_conditions
         for retry in range(_DEADLOCK_RETRIES + 1):
             try:
                 inline.arm(self.session, self.budget)

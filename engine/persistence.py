@@ -400,29 +400,7 @@ def write_deferred(session: Session, *, flushing: bool = False) -> None:
     insert = Write(_EXECUTIONS, names, {f"v_{name}": row[name] for name in names})
     # Its values are in the INSERT: the object is clean, so no UPDATE is built for it.
     state._commit_all(dict_, session.identity_map)
-    connection = session.connection()
-    dialect = dialect_for(connection)
-    writes, rest = _pending_writes(session)
-    if dialect.combined_insert and (flushing or not rest) and _can_sweep(dialect, writes):
-        dialect.write_updates_and_insert(
-            connection, [write for _state, write in writes], _sweep(sweep), insert
-        )
-        _written(session, writes)
-        return
-    if flushing:
-        if dialect.combined_flush and _can_sweep(dialect, writes):
-            _write_rows(connection, dialect, writes, False, sweep)
-        else:
-            _STRAY_SWEEP.execute(connection, {"workflow_id": sweep[0], "now": sweep[1]})
-            if writes:
-                _write_rows(connection, dialect, writes, False, None)
-        _written(session, writes)
-    else:
-        sweep_strays(session, *sweep, with_pending=True)
-        flush(session)
-    _insert_statement(_EXECUTIONS, names, connection.dialect.insert_returning).lastrowid(
-        connection, insert.params
-    )
+    _insert_after_pending(session, insert, sweep, flushing=flushing)
 
 
 @event.listens_for(Session, "before_flush")
@@ -446,27 +424,52 @@ def _deferred_rolled_back(session: Session) -> None:
 
 
 def _insert_after_pending(
-    session: Session, insert: Write, sweep: tuple[int, datetime] | None
+    session: Session,
+    insert: Write,
+    sweep: tuple[int, datetime] | None,
+    *,
+    flushing: bool = False,
 ) -> int:
-    """The pending writes (and the sweep), then ``insert``: the new row's id."""
+    """The pending writes (and the sweep), then ``insert``: the new row's id.
+
+    ``flushing``: inside the unit of work's flush, which writes what else is pending after
+    this; the engine's rows go out by Core, and ``Session.flush()`` is not called again."""
     if _DEFERRED in session.info:
-        write_deferred(session)
+        write_deferred(session, flushing=flushing)
     if sweep is not None:
         connection = session.connection()
         dialect = dialect_for(connection)
         writes, rest = _pending_writes(session) if dialect.combined_insert else ([], True)
-        if not rest and _can_sweep(dialect, writes):
+        if (flushing or not rest) and _can_sweep(dialect, writes):
             new_id = dialect.write_updates_and_insert(
                 connection, [write for _state, write in writes], _sweep(sweep), insert
             )
             if new_id is not None:
                 _written(session, writes)
                 return new_id
-        sweep_strays(session, *sweep, with_pending=True)
-    flush(session)
+    if flushing:
+        _flush_by_core(session, sweep)
+    else:
+        if sweep is not None:
+            sweep_strays(session, *sweep, with_pending=True)
+        flush(session)
     connection = session.connection()
     statement = _insert_statement(insert.table, insert.names, connection.dialect.insert_returning)
     return statement.lastrowid(connection, insert.params)
+
+
+def _flush_by_core(session: Session, sweep: tuple[int, datetime] | None) -> None:
+    """The pending writes of workflows and executions (and the sweep, first or with them),
+    by Core only: what else is pending is left to the flush under way."""
+    connection = session.connection()
+    dialect = dialect_for(connection)
+    writes, _rest = _pending_writes(session)
+    swept = sweep is not None and dialect.combined_flush and _can_sweep(dialect, writes)
+    if sweep is not None and not swept:
+        _STRAY_SWEEP.execute(connection, {"workflow_id": sweep[0], "now": sweep[1]})
+    if writes:
+        _write_rows(connection, dialect, writes, False, sweep if swept else None)
+    _written(session, writes)
 
 
 def insert_execution(

@@ -699,9 +699,12 @@ def test_a_rollback_drops_a_deferred_execution_with_its_transaction(geneva_sessi
 
 def test_the_unit_of_work_writes_a_deferred_execution_before_its_own_rows(geneva_session):
     workflow = _running(geneva_session)
+    first = workflow.current_execution
+    stray = _park_a_stray(geneva_session, workflow)
+    geneva_session.commit()
     new_id = _drawn_execution_id(geneva_session)
     _defer_second(geneva_session, workflow, new_id)
-    make_order(geneva_session)  # a new object: Session.flush() has work of its own
+    order = make_order(geneva_session)  # a new object: Session.flush() has work of its own
     geneva_session.flush()
     assert (
         geneva_session.scalar(
@@ -710,6 +713,9 @@ def test_the_unit_of_work_writes_a_deferred_execution_before_its_own_rows(geneva
         == "scheduled"
     )
     geneva_session.commit()
+    # The outcome and the sweep went out with it, the unit of work's own row after it.
+    assert _rows(workflow.id) == {first.id: "completed", stray.id: "canceled", new_id: "scheduled"}
+    assert order.id is not None and not inspect(first).modified
 
 
 def test_a_second_execution_sweeps_a_deferred_one_as_its_stray(geneva_session):
