@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,7 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import PgBackends, cpu_seconds, env_info
-from bench.cost import ADMIN_URL, _database_url, _drop_database, _libpq
+from bench.cost import ADMIN_URL, _drop_database, _libpq
+from bench.probe_engine_interleaved import chain_runner, figures, spread
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,31 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def serve(dbname: str) -> int:
     """The child: a line "N" runs N workflows and answers "done"; EOF ends it."""
     import geneva_drive
-    from geneva_drive import db, executor, inline
-    from geneva_drive.models import Base
-    from geneva_drive.transport import RecordingTransport, set_transport
-    from geneva_drive.workflow import Workflow
+    from geneva_drive import db
 
-    class ProbeChain(Workflow):
-        may_proceed_without_hero = True
-
-    for index in range(10):
-        ProbeChain.add_step(f"s{index}", lambda self: None)
-
-    engine = db.configure(_database_url(dbname))
-    Base.metadata.drop_all(engine)
-    Base.metadata.create_all(engine)
-    transport = RecordingTransport()
-    set_transport(transport)
-
-    def workflows(n: int) -> None:
-        for _ in range(n):
-            transport.messages.clear()
-            with db.transaction() as session:
-                ProbeChain.create(session=session)
-            first = transport.messages[0].execution_id
-            executor.execute(first, budget=inline.Budget(max_seconds=60, max_steps=100))
-
+    workflows = chain_runner(dbname)  # a new database of that name
     workflows(5)  # warm: every statement compiled, every mapper configured
     print(f"ready {Path(geneva_drive.__file__).parent}", flush=True)
     for line in sys.stdin:
@@ -138,31 +116,14 @@ def run(a: Path, b: Path, chunks: int, chunk: int) -> dict[str, Any]:
             side.close()
     total = {n: [r["client_ms"] + r["postgres_ms"] for r in rows] for n, rows in per.items()}
     return {
-        "a": {"tree": str(a), "imported": sides[0].imported, **_figures(per["a"])},
-        "b": {"tree": str(b), "imported": sides[1].imported, **_figures(per["b"])},
-        "ratio_b_to_a": _spread([y / x for x, y in zip(total["a"], total["b"], strict=True)]),
-        "client_ratio_b_to_a": _spread(
+        "a": {"tree": str(a), "imported": sides[0].imported, **figures(per["a"])},
+        "b": {"tree": str(b), "imported": sides[1].imported, **figures(per["b"])},
+        "ratio_b_to_a": spread([y / x for x, y in zip(total["a"], total["b"], strict=True)]),
+        "client_ratio_b_to_a": spread(
             [y["client_ms"] / x["client_ms"] for x, y in zip(per["a"], per["b"], strict=True)]
         ),
         "chunks": chunks,
         "chunk_workflows": chunk,
-    }
-
-
-def _figures(rows: list[dict[str, float]]) -> dict[str, Any]:
-    return {
-        "cpu_ms_per_step": _spread([r["client_ms"] + r["postgres_ms"] for r in rows]),
-        "client_ms_per_step": _spread([r["client_ms"] for r in rows]),
-        "postgres_ms_per_step": _spread([r["postgres_ms"] for r in rows]),
-        "wall_ms_per_step": _spread([r["wall_ms"] for r in rows]),
-    }
-
-
-def _spread(values: list[float]) -> dict[str, float]:
-    return {
-        "median": round(statistics.median(values), 4),
-        "min": round(min(values), 4),
-        "max": round(max(values), 4),
     }
 
 

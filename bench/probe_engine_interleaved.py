@@ -25,6 +25,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from bench.common import PgBackends, env_info
@@ -41,7 +42,9 @@ def _apply(variant: str) -> None:
     settings.inline_successor_start_with_outcome = variant == "start"
 
 
-def run(variants: list[str], chunks: int, chunk: int) -> dict[str, Any]:
+def chain_runner(dbname: str) -> Callable[[int], None]:
+    """Configure the engine on a new database ``dbname``; the function that runs N ten-step
+    no-op workflows there as a worker does (inline successors, no broker)."""
     from geneva_drive import db, executor, inline
     from geneva_drive.models import Base
     from geneva_drive.transport import RecordingTransport, set_transport
@@ -53,13 +56,10 @@ def run(variants: list[str], chunks: int, chunk: int) -> dict[str, Any]:
     for index in range(10):
         ProbeChain.add_step(f"s{index}", lambda self: None)
 
-    dbname = "geneva_probe_interleaved"
-    url = _database_url(dbname)
-    engine = db.configure(url)
+    engine = db.configure(_database_url(dbname))
     Base.metadata.create_all(engine)
     transport = RecordingTransport()
     set_transport(transport)
-    backends = PgBackends(dbname, _libpq(ADMIN_URL))
 
     def workflows(n: int) -> None:
         for _ in range(n):
@@ -68,6 +68,16 @@ def run(variants: list[str], chunks: int, chunk: int) -> dict[str, Any]:
                 ProbeChain.create(session=session)
             first = transport.messages[0].execution_id
             executor.execute(first, budget=inline.Budget(max_seconds=60, max_steps=100))
+
+    return workflows
+
+
+def run(variants: list[str], chunks: int, chunk: int) -> dict[str, Any]:
+    from geneva_drive import db
+
+    dbname = "geneva_probe_interleaved"
+    workflows = chain_runner(dbname)
+    backends = PgBackends(dbname, _libpq(ADMIN_URL))
 
     per: dict[str, list[dict[str, float]]] = {v: [] for v in variants}
     try:
@@ -103,17 +113,21 @@ def run(variants: list[str], chunks: int, chunk: int) -> dict[str, Any]:
         ratio = [
             t / (b["client_ms"] + b["postgres_ms"]) for t, b in zip(total, per[base], strict=True)
         ]
-        out["variants"][variant] = {
-            "cpu_ms_per_step": _spread(total),
-            "client_ms_per_step": _spread([r["client_ms"] for r in rows]),
-            "postgres_ms_per_step": _spread([r["postgres_ms"] for r in rows]),
-            "wall_ms_per_step": _spread([r["wall_ms"] for r in rows]),
-            f"ratio_to_{base}": _spread(ratio),
-        }
+        out["variants"][variant] = {**figures(rows), f"ratio_to_{base}": spread(ratio)}
     return out
 
 
-def _spread(values: list[float]) -> dict[str, float]:
+def figures(rows: list[dict[str, float]]) -> dict[str, Any]:
+    """Each chunk's client, backend and wall ms per step, as medians with their spreads."""
+    return {
+        "cpu_ms_per_step": spread([r["client_ms"] + r["postgres_ms"] for r in rows]),
+        "client_ms_per_step": spread([r["client_ms"] for r in rows]),
+        "postgres_ms_per_step": spread([r["postgres_ms"] for r in rows]),
+        "wall_ms_per_step": spread([r["wall_ms"] for r in rows]),
+    }
+
+
+def spread(values: list[float]) -> dict[str, float]:
     return {
         "median": round(statistics.median(values), 4),
         "min": round(min(values), 4),
