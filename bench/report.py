@@ -507,9 +507,6 @@ def _b9(r: Run) -> list[str]:
             if key in r.b9:
                 w(f"| {key} | {f(g(r.b9, key + '.p50_ms'))} / {f(g(r.b9, key + '.p99_ms'))} |")
         w(f"| SQL statements per uncached scrape | {r.b9.get('statements_per_uncached_scrape')} |")
-        if "statements_per_background_refresh" in r.b9:
-            w(f"| SQL statements per background refresh (unexplained counts carried over) | "
-              f"{r.b9['statements_per_background_refresh']:g} |")  # fmt: skip
         w("")
         served = g(r.b9, "scrape_stale_while_revalidate.p50_ms")
         w(f"Targets: ≤ 50 ms p50 for the scrape as served (stale-while-revalidate) {verdict(le(served, 50))}; "

@@ -70,11 +70,6 @@ from geneva_drive.workflow import Workflow
 CACHE_SECONDS = 5.0
 #: How much longer an expired snapshot is still served while one is refreshed in the background.
 STALE_SECONDS = 60.0
-#: How long a cached snapshot's unexplained counts (the doctor's rules) are carried into the
-#: next refresh. The rules judge no workflow that moved within ``health.GRACE`` anyway, and
-#: they are the costliest of the queries (each reads the whole live set: about 300 of the
-#: 430 ms at B9's 1M workflows), so the cache recomputes them once a minute, not every 5 s.
-UNEXPLAINED_SECONDS = health.GRACE.total_seconds()
 
 log = logging.getLogger("geneva_drive.metrics")
 
@@ -119,11 +114,8 @@ class MetricsSnapshot:
     stuck_in_progress_threshold: timedelta
     #: Wall time the queries took, in seconds.
     query_seconds: float = 0.0
-    #: How many SELECTs :func:`collect` issued (5; 4 when it was given the unexplained counts;
-    #: 1 on an empty database).
+    #: How many SQL statements :func:`collect` issued (5, or 1 on an empty database).
     query_count: int = 0
-    #: When the unexplained counts were computed (``taken_at``, or earlier when carried over).
-    unexplained_at: datetime | None = None
     _by_class: dict[str, ClassMetrics] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -185,17 +177,8 @@ class MetricsSnapshot:
         return max(0.0, (self.taken_at - oldest).total_seconds())
 
 
-def collect(
-    session: Session,
-    now: datetime | None = None,
-    *,
-    unexplained: MetricsSnapshot | None = None,
-) -> MetricsSnapshot:
-    """Run the grouped queries now (no cache). Reads only; leaves the transaction to the caller.
-
-    ``unexplained``: a recent snapshot whose unexplained counts to carry over instead of
-    running the doctor's rules (the cache's, see :data:`UNEXPLAINED_SECONDS`).
-    """
+def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
+    """Run the grouped queries now (no cache). Reads only; leaves the transaction to the caller."""
     now = now or utcnow()
     waiting_threshold = settings.waiting_visibility_threshold
     stuck_threshold = settings.stuck_in_progress_threshold
@@ -209,14 +192,6 @@ def collect(
     # No workflows means no executions: a fresh install scrapes in one query.
     if states:
         _count_executions(session, per_class, now, waiting_threshold, stuck_threshold)
-        if unexplained is None:
-            # The doctor's rules, one grouped query over the live set (index-backed, see health).
-            for workflow_type, count in health.counts(session, now).items():
-                per_class.setdefault(workflow_type, {})["unexplained"] = count
-        else:
-            for carried in unexplained.classes:
-                if carried.unexplained:
-                    per_class.setdefault(carried.workflow, {})["unexplained"] = carried.unexplained
     classes = tuple(
         ClassMetrics(
             workflow=workflow_type,
@@ -238,10 +213,7 @@ def collect(
         waiting_visibility_threshold=waiting_threshold,
         stuck_in_progress_threshold=stuck_threshold,
         query_seconds=time.perf_counter() - started,
-        query_count=(5 if unexplained is None else 4) if states else 1,
-        unexplained_at=(
-            now if unexplained is None or not states else unexplained.unexplained_at or now
-        ),
+        query_count=5 if states else 1,
     )
 
 
@@ -252,7 +224,8 @@ def _count_executions(
     waiting_threshold: timedelta | None,
     stuck_threshold: timedelta,
 ) -> None:
-    """The step-execution queries, merged into ``per_class`` (NULL type: not counted)."""
+    """The step-execution queries and the unexplained count, merged into ``per_class``
+    (NULL type: not counted)."""
     for workflow_type, waiting, overdue in session.execute(_waiting(lateness.waiting_cutoff(now))):
         if workflow_type is not None:
             per_class.setdefault(workflow_type, {}).update(
@@ -266,6 +239,9 @@ def _count_executions(
     for workflow_type, stuck in session.execute(_stuck(now)):
         if workflow_type is not None:
             per_class.setdefault(workflow_type, {})["stuck_in_progress"] = stuck
+    # The doctor's rules, one grouped query over the live set (index-backed, see health).
+    for workflow_type, count in health.counts(session, now).items():
+        per_class.setdefault(workflow_type, {})["unexplained"] = count
 
 
 # --- the queries -----------------------------------------------------------------------------
@@ -356,8 +332,7 @@ class SnapshotCache:
         self.stale_for = stale_for
         self._clock = clock
         self._lock = threading.Lock()  # held while querying: one refresh at a time
-        #: key -> (clock at refresh, snapshot, clock when its unexplained counts were computed)
-        self._entries: dict[tuple[Any, ...], tuple[float, MetricsSnapshot, float]] = {}
+        self._entries: dict[tuple[Any, ...], tuple[float, MetricsSnapshot]] = {}
         self._background: threading.Thread | None = None
 
     def get(
@@ -387,7 +362,7 @@ class SnapshotCache:
             entry = self._entries.get(key)  # another thread may have refreshed meanwhile
             if entry is not None and age_limit > 0 and self._clock() - entry[0] < age_limit:
                 return entry[1]
-            return self._refresh(key, session, engine, age_limit)
+            return self._refresh(key, session, engine)
 
     def clear(self) -> None:
         self.join()
@@ -401,25 +376,17 @@ class SnapshotCache:
             thread.join(timeout)
 
     def _refresh(
-        self, key: tuple[Any, ...], session: Session | None, engine: Any, age_limit: float
+        self, key: tuple[Any, ...], session: Session | None, engine: Any
     ) -> MetricsSnapshot:
-        # A cached snapshot carries its unexplained counts for UNEXPLAINED_SECONDS; a caller
-        # that bypasses the cache (max_age=0) gets them computed now.
-        entry = self._entries.get(key)
-        carried: MetricsSnapshot | None = None
-        started = self._clock()
-        unexplained_clock = started
-        if entry is not None and age_limit > 0 and started - entry[2] < UNEXPLAINED_SECONDS:
-            carried, unexplained_clock = entry[1], entry[2]
         if session is not None:
-            snapshot = collect(session, unexplained=carried)
+            snapshot = collect(session)
         else:
             with Session(engine) as own:
                 try:
-                    snapshot = collect(own, unexplained=carried)
+                    snapshot = collect(own)
                 finally:
                     own.rollback()
-        self._entries = {key: (self._clock(), snapshot, unexplained_clock)}
+        self._entries = {key: (self._clock(), snapshot)}
         return snapshot
 
     def _refresh_in_background(self, key: tuple[Any, ...], engine: Any, age_limit: float) -> None:
@@ -444,7 +411,7 @@ class SnapshotCache:
         try:  # the lock was taken by the thread that started this one
             entry = self._entries.get(key)
             if entry is None or self._clock() - entry[0] >= age_limit:
-                self._refresh(key, None, engine, age_limit)
+                self._refresh(key, None, engine)
         except Exception:
             log.exception("refreshing the metrics snapshot failed; serving the previous one")
         finally:

@@ -98,72 +98,8 @@ def test_cache_serves_a_second_read_without_queries(geneva_session, seeded, coun
     assert after_first == 5
     assert after_second == 5, "a read within the TTL must not touch the database"
     assert second is first
-    # The refresh carries the unexplained counts over (the next test): 4 queries, not 5.
-    assert len(counter.selects()) == 9 == 5 + third.query_count
+    assert len(counter.selects()) == 10
     assert third is not first
-
-
-def _make_one_unexplained(session) -> str:
-    """A ready workflow of the seed loses its execution (settled an hour ago): the doctor's
-    ``ready_without_execution``. Returns its class."""
-    from sqlalchemy import select, update
-
-    from geneva_drive.models import StepExecution, utcnow
-    from geneva_drive.workflow import Workflow
-
-    long_ago = utcnow() - timedelta(hours=1)
-    workflow_id, type_name = session.execute(
-        select(Workflow.id, Workflow.type).where(Workflow.state == "ready").limit(1)
-    ).one()
-    session.execute(
-        update(StepExecution)
-        .where(StepExecution.workflow_id == workflow_id)
-        .values(state="canceled", outcome="canceled", finished_at=long_ago)
-    )
-    session.execute(
-        update(Workflow).where(Workflow.id == workflow_id).values(transitioned_at=long_ago)
-    )
-    session.commit()
-    return str(type_name)
-
-
-def test_the_cache_recomputes_the_unexplained_counts_once_a_minute(
-    geneva_session, seeded, count_statements
-):
-    """The doctor's rules read the whole live set and judge nothing that moved within a
-    minute: a cached snapshot carries their counts into refreshes for UNEXPLAINED_SECONDS,
-    the other numbers follow max_age. Bypassing the cache computes them now."""
-    clock = FakeClock()
-    cache = metrics.SnapshotCache(max_age=5.0, stale_for=0.0, clock=clock)
-    first = cache.get()
-    assert first.unexplained == 0 and first.query_count == 5
-    workflow_class = _make_one_unexplained(geneva_session)
-
-    clock.now += 5.1  # the snapshot expired; its unexplained counts did not
-    with count_statements(get_engine()) as counter:
-        carried = cache.get()
-    assert carried is not first and carried.query_count == 4 == len(counter.selects())
-    assert carried.unexplained == 0
-    assert carried.unexplained_at == first.unexplained_at
-    assert carried.taken_at > first.taken_at
-
-    assert metrics.collect(geneva_session).for_class(workflow_class).unexplained == 1
-
-    clock.now += metrics.UNEXPLAINED_SECONDS  # a minute after they were computed
-    with count_statements(get_engine()) as counter:
-        fresh = cache.get()
-    assert fresh.query_count == 5 == len(counter.selects())
-    assert fresh.for_class(workflow_class).unexplained == 1
-    assert fresh.unexplained_at == fresh.taken_at
-
-
-def test_bypassing_the_cache_computes_the_unexplained_counts(geneva_session, seeded):
-    cache = metrics.SnapshotCache(max_age=5.0, stale_for=0.0, clock=FakeClock())
-    assert cache.get().unexplained == 0
-    workflow_class = _make_one_unexplained(geneva_session)
-    bypassed = cache.get(max_age=0)
-    assert bypassed.query_count == 5
-    assert bypassed.for_class(workflow_class).unexplained == 1
 
 
 def test_an_expired_snapshot_is_served_while_one_thread_refreshes_it(
@@ -188,8 +124,7 @@ def test_an_expired_snapshot_is_served_while_one_thread_refreshes_it(
         assert cache.get() is first  # a second caller does not start a second refresh
         release.set()
         cache.join(timeout=30)
-    # Exactly one refresh, in the background (the unexplained counts carried over: 4).
-    assert len(counter.selects()) == 4
+    assert len(counter.selects()) == 5  # exactly one refresh, in the background
     refreshed = cache.get()
     assert refreshed is not first
     assert refreshed.taken_at > first.taken_at
