@@ -45,6 +45,7 @@ def test_stranded_bulk_resume_at_a_chosen_step(live_server, page):
     base = live_server.url
     login(page, base, "olga")
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Stranded").click()
+    page.wait_for_url(f"{base}/stranded")  # and its load: htmx before the next click (open_first)
     group = page.locator("section.card", has_text="send_sms")
     group.get_by_label("Step", exact=True).select_option("send_tips")
     group.get_by_role("button", name="Resume selected at").click()

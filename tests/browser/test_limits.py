@@ -44,7 +44,7 @@ def test_operator_follows_the_busiest_key_of_a_limit_to_its_workflows(live_serve
     login(page, base, "olga")
     page.goto(base)
     page.get_by_role("navigation", name="Main").get_by_role("link", name="Limits").click()
-    expect(page).to_have_url(f"{base}/limits")
+    page.wait_for_url(f"{base}/limits")  # and its load (open_first)
     card = page.locator("#limit-tenant-sync")
     expect(card).to_contain_text("concurrency: 2 at once per key")
     expect(card).to_contain_text(f"{len(deferred)} waiting")
@@ -53,7 +53,8 @@ def test_operator_follows_the_busiest_key_of_a_limit_to_its_workflows(live_serve
     screenshot(page, "limits")
 
     first_key.get_by_role("link", name=busiest).click()
-    expect(page).to_have_url(f"{base}/workflows?limit=tenant-sync&limit_key={busiest}")
+    # And its load: htmx must have run before "Pause selected" is clicked (open_first).
+    page.wait_for_url(f"{base}/workflows?limit=tenant-sync&limit_key={busiest}")
     rows = page.locator("tr[id^='wf-']")
     expect(rows).to_have_count(len(under))
     shown = {int(i.removeprefix("wf-")) for i in rows.evaluate_all("rs => rs.map(r => r.id)")}

@@ -280,6 +280,10 @@ def test_overview_totals_and_reattempting_a_failure_group(live_server, page):
     expect(page.locator("#failures-title")).to_contain_text("last 24h")
 
     page.get_by_role("link", name="Failure triage").click()
+    # A click waits only for the navigation to start (open_first): clicked before the page's
+    # deferred htmx has run, "Reattempt this group" is a plain link to the bulk page, which
+    # has no dialog (seen on a loaded machine). wait_for_url waits for the load event.
+    page.wait_for_url(re.compile(r"/failures"))
     group = page.locator("#failures tbody tr", has_text="ValueError")
     broken = _one(
         select(func.count())
