@@ -507,10 +507,17 @@ def _b9(r: Run) -> list[str]:
             if key in r.b9:
                 w(f"| {key} | {f(g(r.b9, key + '.p50_ms'))} / {f(g(r.b9, key + '.p99_ms'))} |")
         w(f"| SQL statements per uncached scrape | {r.b9.get('statements_per_uncached_scrape')} |")
+        # Older runs recorded statements only; those are judged by the statement count.
+        aggregates = r.b9.get("aggregate_queries_per_uncached_scrape",
+                              r.b9.get("statements_per_uncached_scrape"))  # fmt: skip
+        if "aggregate_queries_per_uncached_scrape" in r.b9:
+            w(
+                f"| … of them aggregate queries (not PostgreSQL's `SET LOCAL jit = off`) | {aggregates} |"
+            )
         w("")
         served = g(r.b9, "scrape_stale_while_revalidate.p50_ms")
         w(f"Targets: ≤ 50 ms p50 for the scrape as served (stale-while-revalidate) {verdict(le(served, 50))}; "
-          f"≤ 5 aggregate queries per scrape {verdict(le(r.b9.get('statements_per_uncached_scrape'), 5))}. "
+          f"≤ 5 aggregate queries per scrape {verdict(le(aggregates, 5))}. "
           f"The uncached collection itself takes {f(g(r.b9, 'collect.p50_ms'))} ms p50 at this scale and runs in one "
           f"background thread, never in the request.")  # fmt: skip
     else:
