@@ -1,16 +1,17 @@
 """The Celery side: the app, the tasks, the worker hooks and the Celery transport.
 
-Celery only carries "run execution N now"; the database row is the schedule (SPEC §1.2).
+Celery only carries "run execution N now"; the database row is the schedule.
 ``geneva_drive.perform_step`` is thin and idempotent: running a message twice is harmless
 because the executor only starts an execution that is still ``scheduled``, under the workflow
 lock. That is also why ``acks_late`` is safe here: a message whose worker died mid-step is
-redelivered, and the redelivery finds the row ``in_progress`` and does nothing (housekeeping
-recovers the row once it is stuck).
+redelivered, and the redelivery finds the row ``in_progress`` and does nothing: the dead
+process's worker row stops renewing its lease, and the next dispatcher sweep recovers the
+execution (engine/liveness.py).
 
 Processes::
 
     celery -A geneva_drive.celery worker            # runs steps (GENEVA_BROKER_URL, GENEVA_DATABASE_URL)
-    celery -A geneva_drive.celery beat              # dispatch_due every dispatch_interval, housekeeping
+    celery -A geneva_drive.celery beat              # the dispatcher: sweeps and housekeeping in-process
 
 Each worker process imports ``GENEVA_WORKFLOW_MODULES`` and configures its own database
 engine after the fork. On a warm shutdown (the first Ctrl-C / SIGTERM) running resumable
@@ -25,6 +26,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -37,10 +39,13 @@ from celery.signals import (
     task_prerun,
     worker_init,
     worker_process_init,
+    worker_process_shutdown,
+    worker_ready,
+    worker_shutdown,
     worker_shutting_down,
 )
 
-from geneva_drive import db, executor, inline, prometheus
+from geneva_drive import current_worker, db, executor, inline, liveness, prometheus
 from geneva_drive.bootstrap import import_workflow_modules
 from geneva_drive.celery_client import (
     BROKER_SETTING,
@@ -48,7 +53,6 @@ from geneva_drive.celery_client import (
     HOUSEKEEPING_TASK,
     PERFORM_STEP_TASK,
     CeleryTransport,
-    beat_schedule,
     broker_url,
     default_app,
     default_queue,
@@ -56,8 +60,8 @@ from geneva_drive.celery_client import (
     require_broker,
     use_app,
 )
-from geneva_drive.config import process_variable
-from geneva_drive.dispatch import dispatch_due
+from geneva_drive.config import settings
+from geneva_drive.dispatch import dispatch_due, start_dispatcher_thread
 from geneva_drive.errors import ConfigurationError
 from geneva_drive.executor import request_shutdown
 from geneva_drive.housekeeping import run as run_housekeeping
@@ -66,29 +70,24 @@ log = logging.getLogger(__name__)
 
 
 def make_celery(url: str | None = None) -> Celery:
-    """A configured Celery app with the GenevaDrive tasks and beat schedule registered."""
+    """A configured Celery app with the GenevaDrive tasks registered (its beat is the
+    dispatcher: the sweeps run in the beat process, see ``_on_beat_init``)."""
     return register_tasks(new_app(url))
 
 
 def register(celery: Celery) -> Celery:
     """Run GenevaDrive on the host application's own Celery app.
 
-    Registers the step task and the dispatcher / housekeeping beat entries on ``celery`` and
-    sends every step message through it, so ``celery -A myshop.celery worker`` runs steps and
-    ``celery -A myshop.celery beat`` dispatches. Only GenevaDrive's own tasks get its options
-    (late acks, redelivery when a worker dies, no results); the host's configuration is left
-    as it is. Set ``worker_prefetch_multiplier=1`` on the host app when long steps share a queue
+    Registers the step task on ``celery`` and sends every step message through it, so
+    ``celery -A myshop.celery worker`` runs steps and ``celery -A myshop.celery beat`` is the
+    dispatcher: its process runs the sweeps and housekeeping itself, in threads (no beat entry,
+    no task message: a backlog of step messages cannot hold them up). Only GenevaDrive's own
+    tasks get its options (late acks, redelivery when a worker dies, no results); the host's
+    configuration is left as it is. Set ``worker_prefetch_multiplier=1`` on the host app when long steps share a queue
     with short ones.
     """
     global app
     register_tasks(celery)
-    schedule = dict(celery.conf.beat_schedule or {})
-    # The sweeps go where the host's worker listens for steps: GENEVA_DEFAULT_QUEUE when set,
-    # else the host app's own default queue ("celery" unless it says otherwise), which is
-    # also where step messages without a queue job option land.
-    queue = process_variable("GENEVA_DEFAULT_QUEUE") or celery.conf.task_default_queue
-    schedule.update(beat_schedule(queue))
-    celery.conf.beat_schedule = schedule
     use_app(celery)
     app = celery
     return celery
@@ -192,6 +191,8 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
     if worker_app is not None:
         _consumed_queues = frozenset(str(name) for name in worker_app.amqp.queues.consume_from)
         _worker_default_queue = str(worker_app.conf.task_default_queue)
+    global _node_name
+    _node_name = getattr(sender, "hostname", None)
     try:
         # A worker publishes (successors, recovered steps): never to a broker it was not given.
         require_broker("celery worker", worker_app)
@@ -214,17 +215,31 @@ def _on_worker_init(sender: Any = None, **_: Any) -> None:
 
 
 def _on_beat_init(sender: Any = None, **_: Any) -> None:
-    # Beat publishes the dispatcher and housekeeping tasks: refuse to start without a broker
-    # rather than let Celery fall back to amqp://localhost.
+    # Beat is the dispatcher: it runs the sweeps (sends, time-outs, the recovery of expired
+    # workers) and housekeeping itself, in threads of its own process, instead of sending them
+    # as tasks. A task would wait in the step queue behind every step message (a backlog held
+    # time-outs minutes late), and housekeeping tasks would pile up and overlap.
     beat_app = getattr(sender, "app", None)
+    if beat_app is not None and DISPATCH_DUE_TASK not in beat_app.tasks:
+        return  # the beat of an app GenevaDrive was not registered on
     try:
+        # It sends step messages: never to a broker it was not given.
         require_broker("celery beat", beat_app)
-    except ConfigurationError as error:
+        import_workflow_modules()
+        if db._engine is None:
+            db.configure()  # refuses an unset GENEVA_DATABASE_URL
+    except (ConfigurationError, ImportError) as error:
         if logging.getLogger().handlers:
             log.critical("GenevaDrive beat cannot start: %s", error)
         else:
             print(f"GenevaDrive beat cannot start: {error}", file=sys.stderr, flush=True)
         raise SystemExit(2) from error
+    start_dispatcher_thread()
+    log.info(
+        "GenevaDrive dispatcher running in beat: a sweep every %s s, housekeeping every %s s",
+        settings.dispatch_interval.total_seconds(),
+        settings.housekeeping_interval.total_seconds(),
+    )
 
 
 def _on_worker_process_init(**_: Any) -> None:
@@ -236,6 +251,41 @@ def _on_worker_process_init(**_: Any) -> None:
         db._engine.dispose(close=False)
     else:
         db.configure()
+    # Each pool process is a worker of its own: a SIGKILL of one child expires its lease only.
+    _start_liveness()
+
+
+#: This process's registered worker (a prefork child, or a solo/threads worker's main process).
+_heartbeat: liveness.Heartbeat | None = None
+#: The Celery node name (``celery@host``), recorded by worker_init and inherited by the children.
+_node_name: str | None = None
+
+
+def _start_liveness() -> None:
+    global _heartbeat
+    if _heartbeat is not None and current_worker.get() == _heartbeat.worker_id:
+        return
+    name = f"{_node_name or 'celery@' + socket.gethostname()}/{os.getpid()}"
+    _heartbeat = liveness.start_worker("celery", sorted(_consumed_queues or ()), name=name)
+
+
+def _stop_liveness(**_: Any) -> None:
+    # A clean stop: the steps of this process have finished (Celery's warm shutdown waits for
+    # them; resumable ones stopped at a checkpoint), so the row is marked stopped.
+    global _heartbeat
+    if _heartbeat is not None and current_worker.get() == _heartbeat.worker_id:
+        _heartbeat.stop(clean=True)
+    _heartbeat = None
+
+
+def _on_worker_ready(sender: Any = None, **_: Any) -> None:
+    # The solo and threads pools run steps in the main process: it is the worker. (Prefork
+    # children register themselves in worker_process_init; the parent runs no step.)
+    controller = getattr(sender, "controller", None)
+    pool_cls = getattr(controller, "pool_cls", None)
+    if "prefork" in str(getattr(pool_cls, "__module__", pool_cls)):
+        return
+    _start_liveness()
 
 
 def _on_task_prerun(**_: Any) -> None:
@@ -284,6 +334,9 @@ def _on_worker_shutting_down(**_: Any) -> None:
 
 
 worker_init.connect(_on_worker_init, weak=False)
+worker_ready.connect(_on_worker_ready, weak=False)
+worker_process_shutdown.connect(_stop_liveness, weak=False)
+worker_shutdown.connect(_stop_liveness, weak=False)
 beat_init.connect(_on_beat_init, weak=False)
 worker_process_init.connect(_on_worker_process_init, weak=False)
 task_prerun.connect(_on_task_prerun, weak=False)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
-from geneva_drive.config import process_variable, settings
+from geneva_drive.config import process_variable
 from geneva_drive.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -69,26 +69,6 @@ def default_queue() -> str:
     return process_variable("GENEVA_DEFAULT_QUEUE") or "default"
 
 
-def beat_schedule(queue: str | None = None) -> dict[str, dict[str, Any]]:
-    """The dispatcher and housekeeping entries of a beat schedule, sent to ``queue`` (the
-    queue steps without a ``queue`` job option go to: ``GENEVA_DEFAULT_QUEUE``, or the app's)."""
-    queue = queue or default_queue()
-    dispatch_every = settings.dispatch_interval.total_seconds()
-    return {
-        "geneva-drive-dispatch-due": {
-            "task": DISPATCH_DUE_TASK,
-            "schedule": dispatch_every,
-            # A sweep that waited longer than an interval is superseded by the next one.
-            "options": {"expires": max(dispatch_every, 1.0), "queue": queue},
-        },
-        "geneva-drive-housekeeping": {
-            "task": HOUSEKEEPING_TASK,
-            "schedule": settings.housekeeping_interval.total_seconds(),
-            "options": {"queue": queue},
-        },
-    }
-
-
 def new_app(url: str | None = None) -> Celery:
     """A configured Celery app (broker, queue, acks, beat schedule), without the tasks."""
     # Not the process's "current" Celery app: a host's shared_task must not bind to this one.
@@ -106,7 +86,6 @@ def new_app(url: str | None = None) -> Celery:
         worker_prefetch_multiplier=1,
         task_default_queue=queue,
         broker_connection_retry_on_startup=True,
-        beat_schedule=beat_schedule(),
     )
     return celery
 

@@ -24,6 +24,8 @@ _DURATION_FIELDS = {
     "housekeeping_interval",
     "overdue_grace",
     "inline_successor_max_time",
+    "worker_heartbeat_interval",
+    "worker_lease",
 }
 _NULLABLE_FIELDS = {
     "delete_completed_workflows_after",
@@ -132,6 +134,13 @@ class Settings:
     #: stuck recovery (``stuck_in_progress_threshold``), where otherwise it would leave it due
     #: and unsent, for the dispatcher's next sweep.
     inline_successor_start_with_outcome: bool = False
+    #: GENEVA_WORKER_HEARTBEAT_INTERVAL — how often a worker process renews its heartbeat
+    #: (from a thread of its own, whatever its steps are doing).
+    worker_heartbeat_interval: timedelta = timedelta(seconds=5)
+    #: GENEVA_WORKER_LEASE — a worker whose last heartbeat is older than this is expired: the
+    #: next dispatcher sweep recovers its in-progress executions. Must exceed the heartbeat
+    #: interval (twice it at least), so one late beat does not expire a live worker.
+    worker_lease: timedelta = timedelta(seconds=30)
     _frozen: bool = field(default=False, repr=False)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -230,6 +239,7 @@ PROCESS_VARIABLES = {
     "GENEVA_LOG_LEVEL": "the log level of the geneva-drive command (cli)",
     "GENEVA_BULK_CAP": "the most workflows one CLI bulk action may touch (operator_cli)",
     "GENEVA_METRICS_TOKEN": "the bearer token /metrics requires (dashboard metrics)",
+    "GENEVA_CODE_VERSION": "the code version a worker reports on the Workers page (liveness)",
 }
 
 

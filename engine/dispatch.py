@@ -1,4 +1,4 @@
-"""The dispatcher: hands due step executions to the transport (SPEC §1.2).
+"""The dispatcher: hands due step executions to the transport (docs/MANUAL.md, "Scheduling").
 
 The step-execution row is the schedule. Executions due within ``settings.dispatch_horizon``
 are sent when the transaction that creates them commits; everything due later is left unsent
@@ -15,12 +15,18 @@ workflow lock. On PostgreSQL the claim uses ``FOR UPDATE … SKIP LOCKED``, so s
 dispatchers (or several beat-driven tasks) can run at once without sending a row twice per
 interval; on SQLite the claim runs under the database write lock (``BEGIN IMMEDIATE``).
 
-The same sweep fires the time-outs of parked executions whose deadline passed (SPEC §6.1,
-:func:`fire_timeouts`; the rules are engine/timeouts.py's), so a deployment fires each within
+The same sweep fires the time-outs of parked executions whose deadline passed
+(:func:`fire_timeouts`; the rules are engine/timeouts.py's), so a deployment fires each within
 one dispatch interval; the embedded worker, which sends nothing, still runs this part.
 
-Entry points: :func:`dispatch_due` (one sweep; the Celery beat task calls it) and
-:func:`run_dispatcher` (a plain loop that also runs housekeeping; ``geneva-drive dispatcher``).
+Every sweep also recovers the executions of workers whose lease expired
+(:func:`geneva_drive.liveness.recover_expired`), so a killed worker's steps run again within
+``worker_lease`` plus one interval.
+
+Entry points: :func:`dispatch_due` (one sweep) and :func:`run_dispatcher` (the loop, with
+housekeeping in a thread beside it), which ``geneva-drive dispatcher``, ``geneva-drive up`` and
+Celery beat run in-process: the sweeps never travel as messages, so a backlog of step messages
+cannot hold them up (docs/MANUAL.md, "When a worker dies").
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import Any
 from sqlalchemy import Select, and_, or_, select, tuple_
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, scheduling, timeouts, transitions
+from geneva_drive import db, liveness, scheduling, timeouts, transitions
 from geneva_drive.config import settings
 from geneva_drive.dialects import dialect_for
 from geneva_drive.housekeeping import run as run_housekeeping
@@ -58,6 +64,7 @@ def dispatch_due(now: datetime | None = None, *, batch_size: int = DISPATCH_BATC
     """
     moment = now or utcnow()
     fire_timeouts(moment, batch_size=batch_size)
+    recover_dead_workers(moment)
     total = 0
     after: tuple[datetime, int] | None = None
     while True:
@@ -161,7 +168,18 @@ def _claim(session: Session, workflow: Workflow, execution: StepExecution, now: 
         execution.sent_at = now
 
 
-# --- time-outs of parked executions (SPEC §6.1) ----------------------------------------------
+def recover_dead_workers(now: datetime | None = None) -> int:
+    """The sweep's liveness part (engine/liveness.py): recover the executions of workers whose
+    lease expired. Guarded: a failure is reported and leaves the rest of the sweep running."""
+    try:
+        return liveness.recover_expired(None, now)
+    except Exception as error:
+        log.exception("recovering the executions of expired workers failed")
+        report_error(error, {"component": "liveness"})
+        return 0
+
+
+# --- time-outs of parked executions ------------------------------------------------------------
 
 
 def fire_timeouts(now: datetime | None = None, *, batch_size: int = DISPATCH_BATCH_SIZE) -> int:
@@ -336,12 +354,22 @@ def run_dispatcher(
     """Dispatch every ``interval`` seconds (default ``settings.dispatch_interval``) until stopped.
 
     Also runs :func:`geneva_drive.housekeeping.run` every ``settings.housekeeping_interval`` when
-    ``housekeeping`` is true. ``dispatch=False`` runs housekeeping and the time-outs alone (the
-    embedded worker reads due executions from the table itself, so it needs no sends);
-    ``first_housekeeping_after`` seconds delay the first housekeeping run. Errors are reported
-    and the loop carries on: a database restart must not need a dispatcher restart.
+    ``housekeeping`` is true, in a thread of its own: a long housekeeping run (a large cleanup)
+    never holds up a sweep, so time-outs and the recovery of expired workers stay on time.
+    ``dispatch=False`` runs the time-outs and the liveness recovery alone (the embedded worker
+    reads due executions from the table itself, so it needs no sends); ``first_housekeeping_after``
+    seconds delay the first housekeeping run. Errors are reported and the loops carry on: a
+    database restart must not need a dispatcher restart.
     """
-    next_housekeeping = time.monotonic() + first_housekeeping_after
+    keeper: threading.Thread | None = None
+    if housekeeping:
+        keeper = threading.Thread(
+            target=_housekeeping_loop,
+            args=(stop_event, first_housekeeping_after),
+            name="geneva-housekeeping",
+            daemon=True,
+        )
+        keeper.start()
     log.info("dispatcher started")
     while not stop_event.is_set():
         started = time.monotonic()
@@ -350,18 +378,38 @@ def run_dispatcher(
                 dispatch_due()
             else:
                 fire_timeouts()
+                recover_dead_workers()
         except Exception as error:
             log.exception("dispatch sweep failed; retrying next interval")
             report_error(error, {"component": "dispatcher"})
-        if housekeeping and time.monotonic() >= next_housekeeping:
-            try:
-                run_housekeeping()
-            except Exception as error:
-                log.exception("housekeeping failed; retrying next interval")
-                report_error(error, {"component": "housekeeping"})
-            next_housekeeping = time.monotonic() + settings.housekeeping_interval.total_seconds()
         period = interval if interval is not None else settings.dispatch_interval.total_seconds()
         # Sweeps start every ``period`` seconds: the sweep's own time is not added to the
         # period, so a due execution waits at most one period plus the sweep that sends it.
         stop_event.wait(max(0.0, period - (time.monotonic() - started)))
+    if keeper is not None:
+        keeper.join(5.0)
     log.info("dispatcher stopped")
+
+
+def _housekeeping_loop(stop_event: threading.Event, first_after: float) -> None:
+    if stop_event.wait(max(0.0, first_after)):
+        return
+    while not stop_event.is_set():
+        started = time.monotonic()
+        try:
+            run_housekeeping()
+        except Exception as error:
+            log.exception("housekeeping failed; retrying next interval")
+            report_error(error, {"component": "housekeeping"})
+        period = settings.housekeeping_interval.total_seconds()
+        stop_event.wait(max(0.0, period - (time.monotonic() - started)))
+
+
+def start_dispatcher_thread(stop_event: threading.Event | None = None) -> threading.Event:
+    """Run :func:`run_dispatcher` (sweeps and housekeeping) in daemon threads of this process
+    (Celery beat does); returns the event that stops them."""
+    event = stop_event or threading.Event()
+    threading.Thread(
+        target=run_dispatcher, args=(event,), name="geneva-dispatcher", daemon=True
+    ).start()
+    return event

@@ -29,7 +29,7 @@ from datetime import datetime
 
 from sqlalchemy import select
 
-from geneva_drive import db, executor, inline
+from geneva_drive import current_worker, db, executor, inline, liveness
 from geneva_drive.instrumentation import report_error
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.states import StepState, WorkflowState
@@ -78,6 +78,8 @@ class EmbeddedWorker:
         self._retry_at: dict[int, tuple[float, float]] = {}
         self._lock = threading.Lock()
         self._threads: list[threading.Thread] = []
+        #: This worker's row and heartbeat while it runs (engine/liveness.py).
+        self._heartbeat: liveness.Heartbeat | None = None
         #: Executions run so far (for logs and tests).
         self.executed = 0
 
@@ -92,6 +94,9 @@ class EmbeddedWorker:
     def start(self) -> None:
         self.stopping.clear()
         executor.clear_shutdown()
+        # Its threads run steps as one registered worker, with a heartbeat of its own: if this
+        # process dies, the next sweep (of any process) recovers its steps within the lease.
+        self._heartbeat = liveness.start_worker("embedded", process=False)
         poller = threading.Thread(target=self._poll_loop, name="geneva-poller", daemon=True)
         self._threads = [poller]
         for index in range(self.concurrency):
@@ -110,7 +115,8 @@ class EmbeddedWorker:
         """Stop polling, let running steps finish (resumable ones stop at a checkpoint).
 
         Returns False when a step was still running after ``timeout`` seconds; its execution
-        stays in_progress and housekeeping recovers it after ``stuck_in_progress_threshold``.
+        stays in_progress, and once this worker's lease has expired (``worker_lease``) the next
+        sweep recovers it. Otherwise the worker's row is marked stopped.
         """
         self.stopping.set()
         executor.request_shutdown()
@@ -127,6 +133,11 @@ class EmbeddedWorker:
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
         alive = [t.name for t in self._threads if t.is_alive()]
+        if self._heartbeat is not None:
+            # Cleanly stopped only when no step is left running: otherwise the row just expires,
+            # and the step still running is recovered once the lease has passed.
+            self._heartbeat.stop(clean=not alive)
+            self._heartbeat = None
         if alive:
             log.warning("embedded worker: %s still running a step at shutdown", ", ".join(alive))
             return False
@@ -187,6 +198,9 @@ class EmbeddedWorker:
     # --- working ---------------------------------------------------------------------------
 
     def _work_loop(self) -> None:
+        heartbeat = self._heartbeat
+        if heartbeat is not None:
+            current_worker.set_thread(heartbeat.worker_id, heartbeat.name)
         while True:
             execution_id = self._queue.get()
             if execution_id is None or self.stopping.is_set():

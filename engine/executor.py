@@ -35,7 +35,17 @@ from sqlalchemy import Engine, Table, bindparam, event, func, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from geneva_drive import children, db, inline, limits, persistence, scheduling, signals, timeouts
+from geneva_drive import (
+    children,
+    current_worker,
+    db,
+    inline,
+    limits,
+    persistence,
+    scheduling,
+    signals,
+    timeouts,
+)
 from geneva_drive.compiled import Compiled
 from geneva_drive.config import settings
 from geneva_drive.dialects import dialect_for
@@ -976,6 +986,17 @@ class Executor:
         payload = self._payload(workflow, execution)
         with instrument("finalize", payload):
             if execution.state != StepState.IN_PROGRESS:
+                if execution.outcome == Outcome.RECOVERED and execution.worker_id is not None:
+                    # This worker's lease expired while the step ran (a stall, a lost
+                    # connection): another sweep recovered it, and the step runs (or ran)
+                    # again elsewhere. This attempt and its writes are discarded.
+                    self.log.warning(
+                        "worker %s lost its lease while the step ran: execution %s was "
+                        "recovered meanwhile; this attempt and its writes are discarded",
+                        current_worker.name_of(execution.worker_id) or f"#{execution.worker_id}",
+                        execution.id,
+                    )
+                    return
                 self.log.warning(
                     "execution is %s (changed while the step ran); leaving it alone",
                     execution.state,

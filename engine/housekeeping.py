@@ -50,7 +50,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
@@ -74,11 +74,11 @@ from geneva_drive import (
     counts,
     db,
     lateness,
-    limits,
+    liveness,
     metrics,
+    recovery,
     registry,
     rollups,
-    scheduling,
     signals,
     transitions,
 )
@@ -88,7 +88,6 @@ from geneva_drive.explain import STEP_NOT_DEFINED
 from geneva_drive.instrumentation import (
     ContextAdapter,
     housekeeping_performed,
-    log_context,
     report_error,
 )
 from geneva_drive.lateness import is_stuck
@@ -99,10 +98,8 @@ from geneva_drive.models import (
     utcnow,
 )
 from geneva_drive.states import (
-    Outcome,
     StepState,
     WorkflowState,
-    is_terminal,
 )
 from geneva_drive.workflow import Workflow
 
@@ -124,6 +121,10 @@ class HousekeepingReport:
     stuck_scheduled_recovered: int = 0
     #: Waiting executions whose step the code no longer runs (paused, skipped or sent).
     stranded_waiting_released: int = 0
+    #: In-progress executions of workers whose lease expired (engine/liveness.py).
+    worker_recoveries: int = 0
+    #: 1 when this run found another housekeeping run in progress and did nothing.
+    skipped_overlapping: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
@@ -133,11 +134,36 @@ class HousekeepingReport:
         return self.as_dict()[key]
 
 
+#: The lease that keeps two housekeeping runs from overlapping (two beats, a beat and a
+#: ``geneva-drive dispatcher``): a run that finds it held does nothing.
+LEASE_NAME = "housekeeping"
+
+
 def run(now: datetime | None = None) -> HousekeepingReport:
-    """One housekeeping pass; see the module docstring. Returns the counts."""
+    """One housekeeping pass; see the module docstring. Returns the counts.
+
+    Runs only while no other housekeeping run holds its lease (:data:`LEASE_NAME`); otherwise
+    returns at once with ``skipped_overlapping`` set. A holder that died lets the lease lapse
+    after twice ``housekeeping_interval`` (ten minutes at least).
+    """
+    duration = max(2 * settings.housekeeping_interval, timedelta(minutes=10))
+    with liveness.hold_lease(LEASE_NAME, duration) as held:
+        if not held:
+            log.info("another housekeeping run is in progress; skipping this one")
+            return HousekeepingReport(skipped_overlapping=1)
+        return _run(now)
+
+
+def _run(now: datetime | None) -> HousekeepingReport:
     moment = now or utcnow()
     report = HousekeepingReport()
     _guarded("cleanup", lambda: cleanup(moment, report))
+
+    def workers() -> None:
+        report.worker_recoveries = liveness.recover_expired(None, moment)
+        liveness.prune(moment)
+
+    _guarded("expired workers' recovery", workers)
 
     def in_progress() -> None:
         report.stuck_in_progress_recovered = recover_stuck(StepState.IN_PROGRESS, moment)
@@ -409,102 +435,10 @@ def _stuck_ids(state: str, now: datetime, excluded: set[int], newest: int) -> li
 
 
 def recover_execution(execution_id: int, now: datetime | None = None) -> bool:
-    """Recover one stuck execution per ``settings.stuck_recovery_action``.
-
-    Returns False when there was nothing to do: the row is no longer stuck (it moved on, or a
-    worker started it meanwhile), or another process holds the workflow lock. Raises what the
-    recovery raises, after rolling back.
-    """
+    """Recover one stuck execution per ``settings.stuck_recovery_action``
+    (:func:`geneva_drive.recovery.recover_execution` with the stuck test)."""
     moment = now or utcnow()
-    session = db.new_session()
-    try:
-        locked = _lock(session, execution_id)
-        if locked is None:
-            session.rollback()
-            return False
-        workflow, execution = locked
-        if not is_stuck(execution, moment):
-            # Re-checked under the lock: between the sweep's read and this lock a worker may
-            # have started the execution (an overdue row of a backlog). Recovering it now
-            # would discard a running step and run it twice.
-            session.rollback()
-            return False
-        context = ContextAdapter(log, log_context(workflow, execution))
-        was = execution.state
-        _recover(session, workflow, execution, moment)
-        if was == StepState.IN_PROGRESS and (
-            execution.limit_slot is not None or execution.step_limit_slot is not None
-        ):
-            session.flush()
-            # Its slot is free: wake the next in line.
-            limits.release(session, execution, scheduling.enqueue_execution)
-        session.commit()
-        context.warning(
-            "recovered stuck %s execution (%s): execution now %s/%s, workflow %s",
-            was,
-            settings.stuck_recovery_action,
-            execution.state,
-            execution.outcome,
-            workflow.state,
-        )
-        return True
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
-
-
-def _lock(session: Session, execution_id: int) -> tuple[Workflow, StepExecution] | None:
-    db.begin_write(session)
-    workflow_id = session.scalar(
-        select(StepExecution.workflow_id).where(StepExecution.id == execution_id)
-    )
-    if workflow_id is None:
-        return None
-    row_locks = dialect_for(session).row_locks
-    wf_query = (
-        select(Workflow).where(Workflow.id == workflow_id).execution_options(populate_existing=True)
-    )
-    if row_locks:
-        # A workflow locked right now is being worked on (an executor's finalize, an operator):
-        # skip it this run instead of queueing behind it.
-        wf_query = wf_query.with_for_update(skip_locked=True)
-    workflow = session.scalars(wf_query).first()
-    if workflow is None:
-        return None
-    ex_query = (
-        select(StepExecution)
-        .where(StepExecution.id == execution_id)
-        .execution_options(populate_existing=True)
-    )
-    if row_locks:
-        ex_query = ex_query.with_for_update()
-    return workflow, session.scalars(ex_query).one()
-
-
-def _recover(session: Session, workflow: Workflow, execution: StepExecution, now: datetime) -> None:
-    if is_terminal(workflow.state):
-        # Nothing may run for a finished/canceled workflow; only close the orphan.
-        transitions.cancel_execution(execution, Outcome.RECOVERED)
-        return
-    if settings.stuck_recovery_action == "cancel":
-        transitions.cancel_execution(execution, Outcome.RECOVERED)
-        transitions.workflow_canceled(workflow)
-        return
-    if settings.stuck_recovery_action != "reattempt":
-        raise ValueError(f"Unknown stuck_recovery_action: {settings.stuck_recovery_action}")
-    transitions.complete_execution(execution, Outcome.RECOVERED)
-    if workflow.state == WorkflowState.PAUSED:
-        # Paused while its worker died: resume() decides when the step runs again.
-        return
-    transitions.workflow_ready(workflow)
-    step_def = workflow.steps.named(execution.step_name)
-    session.flush()
-    if step_def is not None and step_def.resumable:
-        scheduling.create_successor_execution(session, workflow, execution)
-    else:
-        scheduling.reschedule_current_step(session, workflow, current=execution.step_name)
+    return recovery.recover_execution(execution_id, lambda _s, ex: is_stuck(ex, moment))
 
 
 # --- 4. stranded waiting executions -------------------------------------------------------------
@@ -579,7 +513,7 @@ def release_stranded_waiting() -> int:
 def _release_waiting(execution_id: int) -> int:
     session = db.new_session()
     try:
-        locked = _lock(session, execution_id)
+        locked = recovery.lock(session, execution_id)
         if locked is None:
             session.rollback()
             return 0

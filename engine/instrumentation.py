@@ -51,6 +51,10 @@ child_joined = _signals.signal("child_joined.geneva_drive")
 #: and was deferred (engine/limits.py): ``limit`` (the name), ``kind`` (``concurrency`` or
 #: ``rate``), ``execution_id``, ``workflow_id``, ``workflow_class``, ``step_name``.
 limit_deferred = _signals.signal("limit_deferred.geneva_drive")
+#: Sent when an execution whose worker's lease expired was recovered (engine/liveness.py):
+#: ``execution_id``, ``workflow_id``, ``workflow_class``, ``workflow_type``, ``step_name``,
+#: ``worker_id``, ``worker_name``, ``action`` (``stuck_recovery_action``).
+worker_recovered = _signals.signal("worker_recovered.geneva_drive")
 
 EVENTS = {
     "precondition": precondition_evaluated,

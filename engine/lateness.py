@@ -9,10 +9,14 @@ on the overview is exactly what the next housekeeping run will act on.
   workflows the executor would run (``RUNNABLE_WORKFLOW_STATES``): a paused workflow's preserved
   execution waits for ``resume()`` on purpose.
 * **stuck in progress** - ``in_progress`` longer than ``settings.stuck_in_progress_threshold``
-  (its worker died): housekeeping recovers it.
-* **stuck scheduled** - overdue by more than ``settings.stuck_scheduled_threshold``, of a
-  workflow that is not paused: housekeeping recovers it (a finished or canceled workflow's
-  orphan is only closed).
+  and started outside a registered worker (``worker_id`` NULL: the test helpers, an older
+  version): housekeeping recovers it. An execution a registered worker started is judged by
+  that worker's lease instead (engine/liveness.py), never by its age.
+* **stuck scheduled** - overdue by more than ``settings.stuck_scheduled_threshold`` *and* whose
+  message was never sent or was sent longer ago than that threshold, of a workflow that is not
+  paused: housekeeping recovers it (a finished or canceled workflow's orphan is only closed).
+  A row the dispatcher sent recently is waiting in the broker's queue behind a backlog;
+  recovering it would only add one more message to that backlog.
 * **waiting too long** - parked at the signal gate (``waiting``) for longer than
   ``settings.waiting_visibility_threshold`` (None: never).
 
@@ -24,7 +28,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_
+from sqlalchemy import and_, or_
 
 from geneva_drive import states
 from geneva_drive.config import settings
@@ -72,9 +76,15 @@ def is_stuck(execution: StepExecution, now: datetime) -> bool:
     """Stuck in progress or stuck scheduled (the workflow's state is the caller's check)."""
     if execution.state == StepState.IN_PROGRESS:
         started = execution.started_at
-        return started is not None and started < stuck_in_progress_cutoff(now)
+        return (
+            execution.worker_id is None
+            and started is not None
+            and started < stuck_in_progress_cutoff(now)
+        )
     if execution.state == StepState.SCHEDULED:
-        return execution.scheduled_for < stuck_scheduled_cutoff(now)
+        cutoff = stuck_scheduled_cutoff(now)
+        sent = execution.sent_at
+        return execution.scheduled_for < cutoff and (sent is None or sent < cutoff)
     return False
 
 
@@ -94,9 +104,21 @@ def overdue_condition(now: datetime) -> Any:
 
 
 def stuck_in_progress_condition(now: datetime) -> Any:
-    return and_(_ex.state == StepState.IN_PROGRESS, _ex.started_at < stuck_in_progress_cutoff(now))
+    """In progress too long, started outside a registered worker (the liveness sweep judges
+    the others)."""
+    return and_(
+        _ex.state == StepState.IN_PROGRESS,
+        _ex.started_at < stuck_in_progress_cutoff(now),
+        _ex.worker_id.is_(None),
+    )
 
 
 def stuck_scheduled_condition(now: datetime) -> Any:
-    """Executions stuck scheduled (join the workflow: not NOT_STUCK_WORKFLOW_STATE)."""
-    return and_(_ex.state == StepState.SCHEDULED, _ex.scheduled_for < stuck_scheduled_cutoff(now))
+    """Executions stuck scheduled (join the workflow: not NOT_STUCK_WORKFLOW_STATE): overdue
+    past the threshold, and never sent or sent longer ago than it."""
+    cutoff = stuck_scheduled_cutoff(now)
+    return and_(
+        _ex.state == StepState.SCHEDULED,
+        _ex.scheduled_for < cutoff,
+        or_(_ex.sent_at.is_(None), _ex.sent_at < cutoff),
+    )

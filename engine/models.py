@@ -67,6 +67,8 @@ ENGINE_TABLE_NAMES = frozenset(
         "geneva_drive_execution_minutes",
         "geneva_drive_execution_hours",
         "geneva_drive_rollup_marks",
+        "geneva_drive_workers",
+        "geneva_drive_leases",
     }
 )
 
@@ -234,6 +236,12 @@ class StepExecution(TimestampMixin, Base):
     #: The slot a deferred execution waits for (it found no free slot or token at its start);
     #: cleared when it starts. Its place in line is its id.
     deferred_on: Mapped[str | None] = mapped_column(String(255))
+    #: The worker process that started this execution (``geneva_drive_workers``), written by the
+    #: statement that marks it ``in_progress``. While that worker's lease holds, the execution is
+    #: never recovered however long it runs; once the lease expires it is recovered at the next
+    #: sweep (engine/liveness.py). NULL: started outside a registered worker (the test helpers,
+    #: an older version), judged by ``stuck_in_progress_threshold`` as before.
+    worker_id: Mapped[int | None] = mapped_column(BigId)
 
     workflow: Mapped[Workflow] = relationship()
     successor: Mapped[StepExecution | None] = relationship(
@@ -494,6 +502,49 @@ class LimitSlot(Base):
     __tablename__ = "geneva_drive_limits"
 
     slot: Mapped[str] = mapped_column(String(255), primary_key=True)
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+
+class Worker(Base):
+    """One process that runs steps: a Celery pool process or an embedded worker
+    (engine/liveness.py). It renews ``heartbeat_at`` from a thread of its own; it is *live*
+    while that is younger than ``settings.worker_lease``. Rows of workers that stopped or
+    expired are kept for the dashboard's Workers page and pruned by housekeeping after a day."""
+
+    __tablename__ = "geneva_drive_workers"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    #: ``celery@host/pid`` (a Celery pool process) or ``embedded@host/pid``.
+    name: Mapped[str] = mapped_column(String(255), nullable=False)
+    hostname: Mapped[str] = mapped_column(String(255), nullable=False)
+    pid: Mapped[int] = mapped_column(Integer, nullable=False)
+    #: ``celery`` or ``embedded``.
+    kind: Mapped[str] = mapped_column(String(16), nullable=False)
+    #: The queues it consumes, comma-separated ("" for an embedded worker: it reads the table).
+    queues: Mapped[str] = mapped_column(String(1024), nullable=False, default="", server_default="")
+    #: GENEVA_CODE_VERSION, or a digest of the registered workflow classes' step plans.
+    code_version: Mapped[str] = mapped_column(String(64), nullable=False)
+    started_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
+    heartbeat_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False, index=True)
+    #: Set by a clean stop, after its steps finished or were handed back.
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
+
+    @property
+    def queue_list(self) -> list[str]:
+        return [name for name in self.queues.split(",") if name]
+
+
+class Lease(Base):
+    """A named lease one process holds at a time (engine/liveness.py ``hold_lease``): keeps two
+    housekeeping runs, started by two dispatchers or beats, from overlapping. A holder that
+    died lets it lapse at ``expires_at``."""
+
+    __tablename__ = "geneva_drive_leases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    holder: Mapped[str] = mapped_column(String(255), nullable=False)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False)
     __table_args__ = (MYSQL_TABLE_OPTIONS,)
 
 
@@ -785,11 +836,13 @@ __all__ = [
     "Base",
     "DashboardSessionGeneration",
     "JSONType",
+    "Lease",
     "LimitSlot",
     "OperatorAction",
     "Signal",
     "StepExecution",
     "UTCDateTime",
+    "Worker",
     "Workflow",
     "WorkflowCount",
     "autogenerate_filter",

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from geneva_drive import current_worker
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.states import (
     FINAL_STEP_STATES,
@@ -72,8 +73,10 @@ def transition_step(execution: StepExecution, new_state: str, outcome: str | Non
 
 
 def start_execution(execution: StepExecution) -> None:
-    """scheduled -> in_progress (the executor's start; ``started_at``)."""
+    """scheduled -> in_progress (the executor's start; ``started_at``), recording the worker
+    that runs it (``worker_id``; None outside a registered worker) in the same statement."""
     transition_step(execution, StepState.IN_PROGRESS)
+    execution.worker_id = current_worker.get()
 
 
 def park_execution(

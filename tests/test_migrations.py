@@ -28,6 +28,8 @@ ENGINE_TABLES = {
     "geneva_drive_execution_minutes",
     "geneva_drive_execution_hours",
     "geneva_drive_rollup_marks",
+    "geneva_drive_workers",
+    "geneva_drive_leases",
 }
 
 

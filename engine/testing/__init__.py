@@ -12,8 +12,9 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from geneva_drive import executor, scheduling, timeouts, transitions
-from geneva_drive.models import Signal, StepExecution, utcnow
+from geneva_drive import db, executor, scheduling, timeouts, transitions
+from geneva_drive.config import settings
+from geneva_drive.models import Signal, StepExecution, Worker, utcnow
 from geneva_drive.signal_matcher import matcher_name
 from geneva_drive.states import ONGOING_WORKFLOW_STATES, StepState, WorkflowState
 from geneva_drive.workflow import Workflow
@@ -26,6 +27,7 @@ __all__ = [
     "assert_waiting_for_signal",
     "assert_workflow_state",
     "expire_wait",
+    "expire_worker",
     "perform_next_step",
     "perform_step_inline",
     "run_iterations",
@@ -365,3 +367,20 @@ def assert_signal_state(workflow: Any, signal_name: str, state: str) -> None:
         raise AssertionError(
             f"Expected signal {str(signal_name)!r} to be {state}, but was {signal.state}"
         )
+
+
+def expire_worker(worker_id: int) -> None:
+    """Age worker ``worker_id`` past its lease (``settings.worker_lease``), as if its process had
+    died: the next :func:`geneva_drive.liveness.recover_expired` recovers its steps. Committed in
+    a transaction of its own. A worker whose heartbeat thread still runs renews its lease at its
+    next beat."""
+    aged = utcnow() - settings.worker_lease - settings.worker_heartbeat_interval
+    with db.transaction() as session:
+        found = session.execute(
+            update(Worker)
+            .where(Worker.id == worker_id)
+            .values(heartbeat_at=aged)
+            .execution_options(synchronize_session=False)
+        ).rowcount  # type: ignore[attr-defined]
+    if not found:
+        raise LookupError(f"no worker #{worker_id} in geneva_drive_workers")

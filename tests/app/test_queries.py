@@ -140,10 +140,12 @@ def test_the_overdue_list_is_sorted_by_lateness_and_pages_through_it(geneva_sess
 
 def test_overview_stuck_scheduled_counts_what_housekeeping_recovers(app, geneva_session):
     stale = utcnow() - timedelta(hours=1)
+    # Due and sent an hour ago: the message was lost (a message sent recently waits in the
+    # broker's queue and is not stuck).
     create_workflow(
-        geneva_session, QueryFlow, scheduled_for=stale
+        geneva_session, QueryFlow, scheduled_for=stale, sent_at=stale
     )  # ready: housekeeping recovers it
-    paused = create_workflow(geneva_session, QueryFlow, scheduled_for=stale)
+    paused = create_workflow(geneva_session, QueryFlow, scheduled_for=stale, sent_at=stale)
     paused.pause()  # paused: housekeeping leaves it for resume()
     geneva_session.commit()
     create_workflow(
@@ -163,7 +165,8 @@ def test_the_overdue_card_counts_its_list_and_the_stuck_up_to_the_cap(
     ("10,000+"), and says how late the oldest is, whatever the cap."""
     now = utcnow()
     for minutes in (2, 30, 10, 20, 5):  # stuck past 15 minutes: the 20 and the 30
-        create_workflow(geneva_session, QueryFlow, scheduled_for=now - timedelta(minutes=minutes))
+        due = now - timedelta(minutes=minutes)
+        create_workflow(geneva_session, QueryFlow, scheduled_for=due, sent_at=due)
     create_workflow(geneva_session, QueryFlow, scheduled_for=now + timedelta(hours=1))
     geneva_session.commit()
     listed = queries.overdue_page(

@@ -77,13 +77,31 @@ def test_transport_maps_queue_priority_and_countdown():
     ]
 
 
-def test_make_celery_configures_late_acks_and_the_beat_schedule():
+def test_make_celery_configures_late_acks_and_sends_no_sweep_messages():
+    """The sweeps run inside the beat process (never as messages behind the steps)."""
     app = make_celery("memory://")
     assert app.conf.task_acks_late and app.conf.task_ignore_result
     assert app.conf.worker_prefetch_multiplier == 1
-    tasks = {entry["task"] for entry in app.conf.beat_schedule.values()}
-    assert tasks == {"geneva_drive.dispatch_due", "geneva_drive.housekeeping"}
+    tasks = {entry["task"] for entry in (app.conf.beat_schedule or {}).values()}
+    assert not tasks & {"geneva_drive.dispatch_due", "geneva_drive.housekeeping"}
     assert PERFORM_STEP_TASK in app.tasks
+
+
+def test_beat_runs_the_dispatcher_in_its_own_process(geneva_session, monkeypatch):
+    """beat_init starts the dispatcher loop (sweeps and housekeeping) in the beat process; the
+    beat of an app GenevaDrive was not registered on is left alone."""
+    from celery import Celery
+
+    from geneva_drive import celery as gd_celery
+
+    started = []
+    monkeypatch.setattr(gd_celery, "start_dispatcher_thread", lambda: started.append(True))
+    app = make_celery("memory://")
+    gd_celery._on_beat_init(sender=type("Beat", (), {"app": app})())
+    assert started == [True]
+    other = Celery("someone-else", broker="memory://", set_as_current=False)
+    gd_celery._on_beat_init(sender=type("Beat", (), {"app": other})())
+    assert started == [True]
 
 
 def test_celery_init_app_runs_tasks_inside_the_flask_app_context():

@@ -10,7 +10,15 @@ from datetime import timedelta
 import pytest
 from sqlalchemy import func, select
 
-from geneva_drive import Workflow, housekeeping, metrics_facade, resumable_step, settings, step
+from geneva_drive import (
+    Workflow,
+    housekeeping,
+    metrics_facade,
+    recovery,
+    resumable_step,
+    settings,
+    step,
+)
 from geneva_drive.housekeeping import HousekeepingReport
 from geneva_drive.instrumentation import set_error_reporter
 from geneva_drive.models import Signal, StepExecution, utcnow
@@ -81,8 +89,12 @@ def _make_stuck_in_progress(session, wf, age=timedelta(hours=2)):
 
 
 def _backdate(session, wf, age):
-    """Make the current scheduled execution overdue by ``age`` (its message was lost)."""
-    _current(session, wf).scheduled_for = utcnow() - age
+    """Make the current scheduled execution overdue by ``age`` (its message was lost): due
+    and, if it was sent, sent that long ago."""
+    execution = _current(session, wf)
+    execution.scheduled_for = utcnow() - age
+    if execution.sent_at is not None:
+        execution.sent_at = execution.scheduled_for
     session.commit()
 
 
@@ -529,14 +541,14 @@ def test_a_failing_row_is_reported_and_does_not_stop_or_loop_the_sweep(
     for wf in workflows:
         _backdate(geneva_session, wf, timedelta(hours=1))
     poisoned = _current(geneva_session, workflows[1]).id
-    real = housekeeping._recover
+    real = recovery._recover
 
-    def recover(session, workflow, execution, now):
+    def recover(session, workflow, execution):
         if execution.id == poisoned:
             raise RuntimeError("poisoned row")
-        real(session, workflow, execution, now)
+        real(session, workflow, execution)
 
-    monkeypatch.setattr(housekeeping, "_recover", recover)
+    monkeypatch.setattr(recovery, "_recover", recover)
     report = housekeeping.run()
     assert report.stuck_scheduled_recovered == 2
     assert [str(e) for e, _ in reported] == ["poisoned row"]

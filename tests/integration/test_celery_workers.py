@@ -61,8 +61,8 @@ def test_delayed_step_is_sent_by_the_dispatcher_when_due_not_before(
     later = wait_until(later_execution, what="the worker to schedule `later`")
     # Three seconds out is beyond the 1 s horizon: the worker sent nothing for it.
     assert later.sent_at is None
-    # The production dispatcher: celery beat sends geneva_drive.dispatch_due every 0.3 s, and
-    # the worker runs the sweep.
+    # The production dispatcher: celery beat runs the sweep itself every 0.3 s, in its own
+    # process (no message waits behind the steps).
     beat = Process(
         [
             str(BIN / "celery"),
@@ -84,7 +84,7 @@ def test_delayed_step_is_sent_by_the_dispatcher_when_due_not_before(
         tmp_path / "beat.log",
     )
     processes.append(beat)
-    beat.wait_for_output("Sending due task geneva-drive-dispatch-due", timeout=60)
+    beat.wait_for_output("GenevaDrive dispatcher running in beat", timeout=60)
     if later.scheduled_for.timestamp() > time.time() + 0.5:
         time.sleep(0.5)  # a few sweeps before it is due
         assert later_execution().sent_at is None, "sent before it was due"
