@@ -49,6 +49,7 @@ from geneva_drive import current_worker, db, executor, inline, liveness, prometh
 from geneva_drive.bootstrap import import_workflow_modules
 from geneva_drive.celery_client import (
     BROKER_SETTING,
+    MADE_HERE,
     DISPATCH_DUE_TASK,
     HOUSEKEEPING_TASK,
     PERFORM_STEP_TASK,
@@ -220,7 +221,7 @@ def _on_beat_init(sender: Any = None, **_: Any) -> None:
     # as tasks. A task would wait in the step queue behind every step message (a backlog held
     # time-outs minutes late), and housekeeping tasks would pile up and overlap.
     beat_app = getattr(sender, "app", None)
-    if beat_app is not None and DISPATCH_DUE_TASK not in beat_app.tasks:
+    if beat_app is not None and not _runs_geneva_drive(beat_app):
         return  # the beat of an app GenevaDrive was not registered on
     try:
         # It sends step messages: never to a broker it was not given.
@@ -240,6 +241,12 @@ def _on_beat_init(sender: Any = None, **_: Any) -> None:
         settings.dispatch_interval.total_seconds(),
         settings.housekeeping_interval.total_seconds(),
     )
+
+
+def _runs_geneva_drive(celery: Celery) -> bool:
+    """Is ``celery`` an app made here or given to :func:`register` (task names alone do not
+    tell: Celery shares tasks across apps)?"""
+    return bool(getattr(celery, MADE_HERE, False)) or celery is default_app()
 
 
 def _on_worker_process_init(**_: Any) -> None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 #: messages must be given a broker (or the host's Celery app), SPEC §6.6.
 BROKER_SETTING = "GENEVA_BROKER_URL"
 #: Marks the apps new_app() made (the host's own apps are not checked for a broker).
-_MADE_HERE = "_geneva_drive_made_here"
+MADE_HERE = "_geneva_drive_made_here"
 #: Task names are stable strings: queued messages outlive refactors of module paths.
 PERFORM_STEP_TASK = "geneva_drive.perform_step"
 DISPATCH_DUE_TASK = "geneva_drive.dispatch_due"
@@ -53,7 +53,7 @@ def has_broker(celery: Celery | None = None) -> bool:
         if _host_given:
             return True
         celery = default_app()
-    if not getattr(celery, _MADE_HERE, False):
+    if not getattr(celery, MADE_HERE, False):
         return True  # a host's own app: configured by the host
     return bool(celery.conf.broker_url or broker_url())
 
@@ -75,7 +75,7 @@ def new_app(url: str | None = None) -> Celery:
     # Without a URL the app has no broker (Celery would fall back to amqp://localhost at the
     # first send): every role that publishes refuses to start then (require_broker).
     celery = Celery("geneva_drive", broker=url or broker_url(), set_as_current=False)
-    setattr(celery, _MADE_HERE, True)
+    setattr(celery, MADE_HERE, True)
     queue = default_queue()
     celery.conf.update(
         task_ignore_result=True,
