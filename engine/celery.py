@@ -49,9 +49,9 @@ from geneva_drive import current_worker, db, executor, inline, liveness, prometh
 from geneva_drive.bootstrap import import_workflow_modules
 from geneva_drive.celery_client import (
     BROKER_SETTING,
-    MADE_HERE,
     DISPATCH_DUE_TASK,
     HOUSEKEEPING_TASK,
+    MADE_HERE,
     PERFORM_STEP_TASK,
     CeleryTransport,
     broker_url,
