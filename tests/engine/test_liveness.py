@@ -138,7 +138,7 @@ def test_a_worker_registers_and_renews_its_heartbeat_from_its_own_thread(geneva_
 def test_a_lease_one_late_heartbeat_would_expire_is_refused(geneva_session):
     settings.worker_heartbeat_interval = 10
     settings.worker_lease = 15
-    with pytest.raises(ConfigurationError, match="GENEVA_WORKER_LEASE.*GENEVA_WORKER_HEARTBEAT"):
+    with pytest.raises(ConfigurationError, match=r"GENEVA_WORKER_LEASE.*GENEVA_WORKER_HEARTBEAT"):
         liveness.start_worker("celery", process=False)
     with db.new_session() as session:
         assert session.scalars(select(Worker)).all() == []  # nothing half-written
