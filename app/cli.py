@@ -57,7 +57,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
-from geneva_drive import archive, db, deploy, health, housekeeping, migrations, transport
+from geneva_drive import archive, db, deploy, health, housekeeping, liveness, migrations, transport
 from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
 from geneva_drive.config import process_variable
 from geneva_drive.dashboard import operator_cli
@@ -528,6 +528,7 @@ def cmd_dispatcher(args: argparse.Namespace) -> int:
     import_workflow_modules()
     db.configure()
     transport.require_publisher("geneva-drive dispatcher")  # never a broker it was not given
+    liveness.require_fed_queue("geneva-drive dispatcher")  # nor a queue no worker reads
     print(f"GenevaDrive dispatcher running (pid {os.getpid()}).", flush=True)
     run_dispatcher(stopper.event, interval=args.interval, housekeeping=not args.no_housekeeping)
     return 0
@@ -537,6 +538,7 @@ def cmd_housekeeping(args: argparse.Namespace) -> int:
     runtime()  # the workflow classes and the database (the host's under `flask geneva`)
     # Recovered executions are published: never to a broker this process was not given.
     transport.require_publisher("geneva-drive housekeeping")
+    liveness.require_fed_queue("geneva-drive housekeeping")
     print(json.dumps(housekeeping.run().as_dict()), flush=True)
     return 0
 

@@ -45,7 +45,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, operator_actions, transport
+from geneva_drive import db, liveness, operator_actions, transport
 from geneva_drive.bootstrap import import_workflow_modules
 from geneva_drive.config import process_variable
 from geneva_drive.dashboard import presenters, queries
@@ -495,12 +495,21 @@ def _check_target_step(runtime: Runtime, session: Session, ids: list[int], step:
 
 def _action_command(action: str) -> Callable[[argparse.Namespace], int]:
     def command(args: argparse.Namespace) -> int:
+        verb = "signal" if action == "signal" else f"workflows {action.replace('_', '-')}"
         if not args.dry_run:
             # An action schedules steps, whose messages go to the broker: never to one this
-            # process was not given (SPEC §6.6). A dry run publishes nothing.
-            verb = "signal" if action == "signal" else f"workflows {action.replace('_', '-')}"
+            # process was not given (docs/MANUAL.md, "The command line in a host app"). A dry
+            # run publishes nothing.
             transport.require_publisher(f"geneva-drive {verb}")
-        return _run(args, lambda runtime, session: _act(runtime, session, action, args))
+
+        def act(runtime: Runtime, session: Session) -> int:
+            if not args.dry_run:
+                # ...and never to a queue no live worker consumes (the host's workers consume
+                # their app's default queue, which this Flask-free process cannot see).
+                liveness.require_fed_queue(f"geneva-drive {verb}", session)
+            return _act(runtime, session, action, args)
+
+        return _run(args, act)
 
     command.__name__ = f"cmd_{action}"
     return command

@@ -235,6 +235,12 @@ def _on_beat_init(sender: Any = None, **_: Any) -> None:
         else:
             print(f"GenevaDrive beat cannot start: {error}", file=sys.stderr, flush=True)
         raise SystemExit(2) from error
+    try:
+        # Its sends go where the workers read (a host's workers consume their own app's queue).
+        liveness.require_fed_queue("celery beat")
+    except ConfigurationError as error:
+        log.critical("GenevaDrive beat cannot start: %s", error)
+        raise SystemExit(2) from error
     start_dispatcher_thread()
     log.info(
         "GenevaDrive dispatcher running in beat: a sweep every %s s, housekeeping every %s s",

@@ -41,7 +41,8 @@ from sqlalchemy import delete, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from geneva_drive import current_worker, db, recovery
+from geneva_drive import current_worker, db, recovery, transport
+from geneva_drive.celery_client import CeleryTransport
 from geneva_drive.config import process_variable, settings
 from geneva_drive.errors import ConfigurationError
 from geneva_drive.instrumentation import report_error, worker_recovered
@@ -422,3 +423,46 @@ def hold_lease(name: str, duration: timedelta, holder: str | None = None) -> Ite
                 )
         except Exception as error:
             log.warning("could not hand back lease %s (it lapses by itself): %s", name, error)
+
+
+# --- publishers and the queues the workers consume ---------------------------------------------
+
+
+def publishing_queue() -> str | None:
+    """The queue this process sends a step without a ``queue`` job option to (its Celery app's
+    default queue), or None when its transport is not Celery's (embedded, a test's)."""
+    current = transport.get_transport()
+    if not isinstance(current, CeleryTransport):
+        return None
+    return str(current.celery.conf.task_default_queue)
+
+
+def require_fed_queue(role: str, session: Session | None = None) -> None:
+    """Refuse to start ``role`` when live Celery workers are registered and none of them
+    consumes the queue this process would send default steps to (a Flask-free CLI sending to
+    ``default`` while a host's workers consume ``celery``): its messages would wait unread
+    until the dispatcher sent them again. With no live Celery worker there is nothing to
+    compare against, and it passes."""
+    queue = publishing_queue()
+    if queue is None:
+        return
+    query = select(Worker.queues).where(
+        Worker.kind == "celery",
+        Worker.stopped_at.is_(None),
+        Worker.heartbeat_at > lease_cutoff(utcnow()),
+    )
+    if session is not None:
+        rows = list(session.scalars(query))
+    else:
+        with db.new_session() as own:
+            rows = list(own.scalars(query))
+    consumed = {name for row in rows for name in row.split(",") if name}
+    if not rows or not consumed or queue in consumed:
+        return
+    raise ConfigurationError(
+        f"{role} would send steps without a queue option to Celery queue {queue!r}, but no live "
+        f"worker consumes it (the live workers consume: {', '.join(sorted(consumed))}). Set "
+        "GENEVA_DEFAULT_QUEUE to the queue your workers' Celery app uses by default (Celery's "
+        "own default is 'celery'), or start the workers with -Q including "
+        f"{queue!r}. Nothing was sent."
+    )
