@@ -1,5 +1,5 @@
-"""Housekeeping: cleanup of old workflows, recovery of stuck executions, gauges (reference
-signals-policies-housekeeping §4).
+"""Housekeeping: cleanup of old workflows, recovery of stuck executions, gauges
+(docs/MANUAL.md, "Housekeeping").
 
 One :func:`run` does, in the gem's order:
 
@@ -9,29 +9,32 @@ One :func:`run` does, in the gem's order:
    their rows, executions and signals included, would pass five times that); each slice's
    executions, signals and workflows go in one short transaction. Ongoing workflows are never
    deleted, whatever their age.
-2. **Stuck in_progress** recovery: ``started_at`` older than ``stuck_in_progress_threshold``
-   (a worker died mid-step), oldest first, in the order of the partial ``started_at`` index.
-3. **Stuck scheduled** recovery: ``scheduled_for`` older than ``stuck_scheduled_threshold``
-   (a message that never arrived and was not resent), in ``(state, scheduled_for)`` order.
-   ``waiting`` executions are never touched: waiting for a signal for months is legitimate.
-4. **Stranded waiting** executions: a step parked for a signal whose step the deployed code
-   no longer runs (SPEC §6.4). Its step is not defined: the execution fails with
+2. **Expired workers**: the recovery every dispatcher sweep runs (engine/liveness.py), and the
+   pruning of rows of workers gone for over a day.
+3. **Stuck in_progress** recovery: ``started_at`` older than ``stuck_in_progress_threshold`` and
+   no worker recorded (engine/lateness.py), oldest first.
+4. **Stuck scheduled** recovery: overdue past ``stuck_scheduled_threshold`` and its message never
+   sent or sent longer ago than that (a message that never arrived and was not resent), in
+   ``(state, scheduled_for)`` order. ``waiting`` executions are never touched: waiting for a
+   signal for months is legitimate.
+5. **Stranded waiting** executions: a step parked for a signal whose step the deployed code
+   no longer runs (docs/MANUAL.md,
+   "A step deleted under parked executions"). Its step is not defined: the execution fails with
    ``StepNotDefinedError`` and the workflow is paused, exactly as the executor does for a
    scheduled one, so it shows on Stranded and ``resume_at`` applies (its signals stay
    buffered). Its step is a ``removed_step``: it is skipped and the next step scheduled. Its
    step no longer waits for a signal: it is sent to run. Only registered classes are judged
    (a process that did not import a class must not pause its workflows).
-5. **Rollup** of the executions that finished in each settled minute, for the charts and the
-   failures page (:mod:`geneva_drive.rollups`; issue 26).
-6. **Gauges** through :mod:`geneva_drive.metrics_facade`.
+6. **Rollup** of the executions that finished in each settled minute, for the charts and the
+   failures page (:mod:`geneva_drive.rollups`).
+7. **Gauges** through :mod:`geneva_drive.metrics_facade`.
 
-Recovery locks the workflow, then the execution (both re-read) and does nothing unless the
-execution is still scheduled or in_progress. ``stuck_recovery_action``:
+Recovery itself lives in engine/recovery.py (shared with the liveness sweep): it locks the
+workflow, then the execution (both re-read), asks again whether the row is still stuck, and
+applies ``stuck_recovery_action``.
 
-* ``"reattempt"`` — the execution becomes completed/recovered and the step runs again: a
-  resumable step gets a successor that continues from the persisted cursor (no restart), any
-  other step a new scheduled execution.
-* ``"cancel"`` — the execution becomes canceled/recovered and the workflow canceled.
+Runs never overlap: :func:`run` holds the ``housekeeping`` lease (engine/liveness.py
+``hold_lease``) and returns at once when another run holds it.
 
 Two deliberate refinements over the gem, both about workflows an operator already moved: the
 stuck-scheduled sweep leaves *paused* workflows alone (``pause()`` keeps the scheduled
