@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive import children, limits, scheduling
 from geneva_drive.config import settings
-from geneva_drive.models import OperatorAction, StepExecution, utcnow
+from geneva_drive.models import OperatorAction, StepExecution, Worker, utcnow
 from geneva_drive.states import (
     CURRENT_STEP_STATES,
     RUNNABLE_WORKFLOW_STATES,
@@ -80,6 +80,8 @@ class _Facts:
     current: dict[int, StepExecution] = field(default_factory=dict)
     last: dict[int, StepExecution] = field(default_factory=dict)
     pause_actor: dict[int, str] = field(default_factory=dict)
+    #: The name of the worker running each current in-progress execution, by worker id.
+    worker_name: dict[int, str] = field(default_factory=dict)
 
 
 def _latest_per_workflow(session: Session, entity: Any, ids: list[int], *where: Any) -> list[Any]:
@@ -112,6 +114,14 @@ def _load_facts(session: Session, workflows: list[Workflow]) -> _Facts:
         )
         for execution in rows:
             facts.current.setdefault(execution.workflow_id, execution)
+        running = {
+            e.worker_id
+            for e in facts.current.values()
+            if e.state == StepState.IN_PROGRESS and e.worker_id is not None
+        }
+        if running:
+            found = session.execute(select(Worker.id, Worker.name).where(Worker.id.in_(running)))
+            facts.worker_name = {worker_id: name for worker_id, name in found}
     if paused:
         for execution in _latest_per_workflow(session, StepExecution, paused):
             facts.last[execution.workflow_id] = execution
@@ -183,7 +193,7 @@ def _line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
         return f"waiting for signal `{matcher}` since {humanize(now - since)}{overdue}{timeout}"
     if current.state == StepState.IN_PROGRESS:
         started = current.started_at or now
-        return f"running `{step}` for {humanize(now - started)}"
+        return f"running `{step}`{_on_worker(current, facts)} for {humanize(now - started)}"
     if current.deferred_on is not None:
         # Held back by a concurrency or rate limit (SPEC §6.2).
         held = limits.why_deferred(scheduling.session_of(workflow), workflow, current, now)
@@ -196,6 +206,20 @@ def _line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
     if late < settings.overdue_after:
         return f"`{step}` due now"
     return f"`{step}` overdue by {humanize(late)}"
+
+
+def _on_worker(execution: StepExecution, facts: _Facts) -> str:
+    """The clause " on celery@host/812" when a registered worker started the execution; ""
+    otherwise (started before workers were recorded, or outside any worker). A worker whose
+    row is gone is still named, by id."""
+    if execution.worker_id is None:
+        return ""
+    name = facts.worker_name.get(execution.worker_id)
+    if name is None:
+        return f" on worker #{execution.worker_id}"
+    # The name is the worker's own text (given at registration, or its hostname): a backtick in it
+    # would read as the step markup the dashboard turns into <code>.
+    return " on " + name.replace("`", "'")
 
 
 def _children(count: int) -> str:
