@@ -1,4 +1,5 @@
-"""Cross-workflow pages: overview, signal inbox, definitions, stranded, failures, audit."""
+"""Cross-workflow pages: overview, signal inbox, definitions, stranded, failures, limits,
+workers, audit."""
 
 from __future__ import annotations
 

@@ -13,6 +13,7 @@ from geneva_drive import health
 from geneva_drive import limits as engine_limits
 from geneva_drive.config import settings
 from geneva_drive.dashboard import charts, presenters, queries
+from geneva_drive.dashboard import workers as worker_list
 from geneva_drive.dashboard.dashboard import bp
 from geneva_drive.dashboard.extensions import session
 from geneva_drive.dashboard.htmx import render
@@ -133,6 +134,20 @@ def limits() -> Any:
         "dashboard/limits.html",
         "dashboard/_limits.html",
         limits=engine_limits.usage(session(), top=queries.LIMIT_TOP_KEYS),
+    )
+
+
+@bp.get("/workers")
+def workers() -> Any:
+    """Live workers, and those stopped or expired in the last day, with their running steps."""
+    return render(
+        "dashboard/workers.html",
+        "dashboard/_workers.html",
+        view=worker_list.workers_view(session()),
+        lease=worker_list.seconds_text(settings.worker_lease),
+        interval=worker_list.seconds_text(settings.worker_heartbeat_interval),
+        recovery_action=settings.stuck_recovery_action,
+        limit=worker_list.LIMIT,
     )
 
 
