@@ -17,6 +17,8 @@ Other commands, for running the roles separately:
 - ``geneva-drive migrate`` — upgrade the database schema and exit.
 - ``geneva-drive workflows …`` and ``geneva-drive signal …`` — the operator actions
   (:mod:`geneva_drive.dashboard.operator_cli`); they run without Flask.
+- ``geneva-drive workers [--json]`` — the live workers, and those stopped or expired in the
+  last day, with the steps each runs (the dashboard's Workers page).
 - ``geneva-drive check-deploy [--json]`` — run with the new code's workflow modules before a
   deploy: what it would strand (:mod:`geneva_drive.deploy`). Exit 0 clean, 1 problems, 2
   could not check.
@@ -265,6 +267,8 @@ SUBCOMMANDS: list[Subcommand] = [
     # `workflows …` and `signal` (the dashboard's operator actions), without Flask.
     Subcommand("workflows", operator_cli.add_workflows_parser, in_host=True),
     Subcommand("signal", operator_cli.add_signal_parser, in_host=True),
+    # The dashboard's Workers page: who runs steps, who died with steps in hand.
+    Subcommand("workers", operator_cli.add_workers_parser, in_host=True),
     # Read-only checks of the live database (SPEC §6.4).
     Subcommand("check-deploy", _add_check_deploy, in_host=True),
     Subcommand("doctor", _add_doctor, in_host=True),

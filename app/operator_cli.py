@@ -8,6 +8,7 @@
     geneva-drive workflows resume-at STEP [ID ...] [filters] [--dry-run] [--json]
     geneva-drive signal NAME [ID ...] [filters] [--payload JSON] [--idempotency-key K]
                         [--waiting-only] [--dry-run]
+    geneva-drive workers [--json]
 
 Filters are the list page's query parameters (``--class``, ``--state``, ``--hero-type``,
 ``--hero-id``, ``--step``, ``--error``, ``--due``, ``--stranded``). One implementation with the
@@ -48,9 +49,12 @@ from sqlalchemy.orm import Session
 from geneva_drive import db, liveness, operator_actions, transport
 from geneva_drive.bootstrap import import_workflow_modules
 from geneva_drive.config import process_variable
-from geneva_drive.dashboard import presenters, queries
+from geneva_drive.dashboard import presenters, queries, workers
 from geneva_drive.dashboard.queries import WorkflowFilters
 from geneva_drive.errors import ConfigurationError
+from geneva_drive.explain import humanize
+from geneva_drive.logsafe import escape
+from geneva_drive.models import utcnow
 from geneva_drive.workflow import Workflow, workflow_class
 
 #: Exit code of a refusal, an unknown workflow, bad input or a selection over the cap.
@@ -199,6 +203,16 @@ def add_signal_parser(subparsers: Any) -> None:
     )
     _selection_arguments(signal)
     _set(signal, _action_command("signal"))
+
+
+def add_workers_parser(subparsers: Any) -> None:
+    """``geneva-drive workers``: the dashboard's Workers page as a table (or ``--json``)."""
+    listing = subparsers.add_parser(
+        "workers",
+        help="live workers, and those stopped or expired in the last day, with their running steps",
+    )
+    _json_argument(listing)
+    _set(listing, cmd_workers)
 
 
 def _set(parser: argparse.ArgumentParser, func: Callable[[argparse.Namespace], int]) -> None:
@@ -413,6 +427,94 @@ def _timeline_text(entry: Any) -> str:
     if entry.kind == "signal":
         return f"signal {item.name} {item.state.label}"
     return f"{item.label} by {item.actor}: {item.result} {item.message or ''}".rstrip()
+
+
+# --- workers -------------------------------------------------------------------------------------
+
+WORKER_COLUMNS = (
+    "NAME",
+    "STATE",
+    "HOST",
+    "PID",
+    "KIND",
+    "QUEUES",
+    "CODE VERSION",
+    "RUNNING NOW",
+    "LAST HEARTBEAT",
+    "STARTED",
+)
+
+
+def _worker_cells(row: workers.WorkerRow, view: workers.WorkersView) -> list[str]:
+    """One row of the table. Every text from the database goes through ``escape``: a worker
+    name or a queue holding a newline or an ANSI escape must not forge rows or move the
+    terminal's cursor."""
+    state = row.state + (", steps to recover" if row.recovering else "")
+    version = escape(row.code_version) + (" (deploy in progress)" if row.other_version else "")
+    running = "; ".join(
+        f"{escape(s.workflow_class)} #{s.workflow_id} {escape(s.step_name)}"
+        + (f" for {humanize(view.age(s.started_at))}" if s.started_at else "")
+        for s in row.running
+    )
+    return [
+        escape(row.name),
+        state,
+        escape(row.hostname),
+        str(row.pid),
+        escape(row.kind),
+        escape(",".join(row.queues)) or "-",
+        version,
+        running or "-",
+        humanize(view.age(row.heartbeat_at)) + " ago",
+        f"{row.started_at:%Y-%m-%d %H:%M:%S} UTC",
+    ]
+
+
+def cmd_workers(args: argparse.Namespace) -> int:
+    def body(runtime: Runtime, session: Session) -> int:
+        view = workers.workers_view(session, utcnow())
+        if args.json:
+            _print_json(
+                {
+                    "workers": [workers.as_dict(r, view.taken_at) for r in view.rows],
+                    "counts": {s: view.count(s) for s in ("live", "expired", "stopped")},
+                    "common_version": view.common_version,
+                    "truncated": view.truncated,
+                }
+            )
+            return 0
+        if not view.rows:
+            _note(
+                "No workers have registered in the last day. A worker appears when it starts: "
+                "celery -A geneva_drive.celery worker, geneva-drive worker, or geneva-drive up."
+            )
+            return 0
+        table = [list(WORKER_COLUMNS)] + [_worker_cells(r, view) for r in view.rows]
+        widths = [max(len(line[i]) for line in table) for i in range(len(WORKER_COLUMNS))]
+        for line in table:
+            print(
+                "  ".join(
+                    cell.ljust(width) for cell, width in zip(line, widths, strict=True)
+                ).rstrip()
+            )
+        counts = " · ".join(f"{view.count(s)} {s}" for s in ("live", "expired", "stopped"))
+        _note(f"\n{counts}")
+        if view.recovering:
+            _note(
+                f"{len(view.recovering)} expired worker(s) still hold running steps: the next "
+                'dispatcher sweep recovers them (docs/MANUAL.md, "When a worker dies").'
+            )
+        if view.other_version:
+            _note(
+                f"Live workers run {view.live_versions} code versions; most run "
+                f"{escape(view.common_version or '')}: a deploy in progress, or a worker a deploy "
+                "left behind."
+            )
+        if view.truncated:
+            _note(f"Only the {workers.LIMIT} workers with the latest heartbeats are listed.")
+        return 0
+
+    return _run(args, body)
 
 
 # --- actions -------------------------------------------------------------------------------------
