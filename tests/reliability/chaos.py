@@ -63,6 +63,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
 from glob import glob
 from pathlib import Path
 from typing import Any
@@ -78,6 +79,19 @@ STACKS = ("pg-redis", "mariadb-rabbitmq")
 OPERATOR = "olga"
 CSRF = "chaos-csrf-token"
 SECRET_KEY = "chaos-secret-key-long-enough-0123456789"
+
+#: The fleet's timing (seconds): the dispatcher sweeps every DISPATCH_INTERVAL, resends a row
+#: not started RESEND_AFTER after its send, housekeeping treats a row as stuck scheduled after
+#: STUCK_SCHEDULED_THRESHOLD; a worker whose heartbeat is older than WORKER_LEASE is dead.
+DISPATCH_INTERVAL = 1
+RESEND_AFTER = 5
+STUCK_SCHEDULED_THRESHOLD = 10
+WORKER_LEASE = 4
+#: What the checks allow beyond the engine's own bounds: a loaded 2-core box stalls processes.
+SLACK = 4.0
+
+#: Faults during which the database does not answer (time-outs cannot fire on time).
+DATABASE_DOWN = ("cut-connections", "db-restart", "db-kill-9", "connection-exhaustion")
 
 #: Every server and process this module started and has not stopped yet: stopped at exit too.
 _LIVE: list[Process] = []
@@ -466,6 +480,22 @@ class PrivateRedis(Server):
             str(self.directory),
         ], _base_env()
 
+    def lose_queue(self) -> None:
+        """Kill -9 and start again without its data: a broker restarted without its queue
+        (a cache node replaced, a Redis without persistence). Every queued and unacknowledged
+        message is gone; only the rows in the database remember them."""
+        self.kill()
+        for path in (
+            *self.directory.glob("appendonly*"),
+            *self.directory.glob("dump*.rdb"),
+            *self.directory.glob("temp-*"),
+        ):
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        self.start()
+
 
 class PrivateRabbitMQ(Server):
     """A RabbitMQ node of our own: its own node name, AMQP and distribution ports, Mnesia and
@@ -541,6 +571,15 @@ class PrivateRabbitMQ(Server):
             return False
         return True
 
+    def lose_queue(self) -> None:
+        """Kill -9 and start again on an empty Mnesia directory: a node replaced, its durable
+        queues and their messages gone (the workers declare the queue again)."""
+        self.kill()
+        mnesia = self.home / "mnesia"
+        shutil.rmtree(mnesia)
+        mnesia.mkdir()
+        self.start()
+
     def close(self) -> None:
         self.stop()
         _stop(self.epmd, signal.SIGTERM)
@@ -568,14 +607,19 @@ class Fleet:
             "GENEVA_BROKER_URL": broker_url,
             "GENEVA_DEFAULT_QUEUE": QUEUE,
             "GENEVA_WORKFLOW_MODULES": MODULES,
-            "GENEVA_DISPATCH_INTERVAL": "1",
+            "GENEVA_DISPATCH_INTERVAL": str(DISPATCH_INTERVAL),
             "GENEVA_DISPATCH_HORIZON": "1",
-            "GENEVA_DISPATCH_RESEND_AFTER": "6",
+            "GENEVA_DISPATCH_RESEND_AFTER": str(RESEND_AFTER),
             "GENEVA_HOUSEKEEPING_INTERVAL": "2",
             # Bodies take under a second; a step in progress longer than this was lost with
             # its worker (or its database), and housekeeping runs it again.
             "GENEVA_STUCK_IN_PROGRESS_THRESHOLD": "10",
-            "GENEVA_STUCK_SCHEDULED_THRESHOLD": "6",
+            # Above the resend: a row the dispatcher keeps sending is waiting in the broker's
+            # queue, not stuck (a recovery would only queue one more message behind it).
+            "GENEVA_STUCK_SCHEDULED_THRESHOLD": str(STUCK_SCHEDULED_THRESHOLD),
+            # A killed worker's steps run again within the lease plus one dispatch interval.
+            "GENEVA_WORKER_LEASE": str(WORKER_LEASE),
+            "GENEVA_WORKER_HEARTBEAT_INTERVAL": "1",
             "GENEVA_DELETE_COMPLETED_WORKFLOWS_AFTER": "none",
             "PYTHONPATH": str(ROOT),
             "PYTHONUNBUFFERED": "1",
@@ -670,6 +714,17 @@ class FaultRecord:
     #: From the fault's end to the first step execution completed after it; None: never.
     recovery: float | None = None
     note: str = ""
+    #: The fault's start and end on the database's clock (UTC, ISO): the checks exempt
+    #: the time-outs that fell due while a server was down.
+    began: str = ""
+    ended: str = ""
+    #: Executions in progress on the processes a kill took down (recovered within the lease).
+    killed_executions: list[int] = field(default_factory=list)
+    #: A broker that lost its queue: the executions sent and not started at that moment
+    #: (their messages were lost), and the seconds until every one of them had started (the
+    #: dispatcher resent them); None: some never did within the cap.
+    lost_messages: list[int] = field(default_factory=list)
+    progress: float | None = None
 
 
 @dataclass
@@ -696,6 +751,17 @@ class Report:
     invariant_violations: list[str] = field(default_factory=list)
     dashboard_mismatches: list[str] = field(default_factory=list)
     stuck: list[str] = field(default_factory=list)
+    #: Concurrency and rate limits broken at some moment.
+    limit_violations: list[str] = field(default_factory=list)
+    #: Waits that went both ways, or time-outs that fired early or late.
+    wait_violations: list[str] = field(default_factory=list)
+    #: Joins that ran twice, never, or before their children ended.
+    join_violations: list[str] = field(default_factory=list)
+    #: Recovery that did not keep up: killed workers' steps not recovered within the lease,
+    #: no progress after a broker lost its queue, stuck-scheduled recoveries that grew.
+    recovery_violations: list[str] = field(default_factory=list)
+    #: Figures of the checks above (peaks per slot, time-outs, recoveries).
+    figures: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -706,6 +772,10 @@ class Report:
             or self.invariant_violations
             or self.dashboard_mismatches
             or self.stuck
+            or self.limit_violations
+            or self.wait_violations
+            or self.join_violations
+            or self.recovery_violations
         )
 
     def problems(self) -> list[str]:
@@ -717,6 +787,10 @@ class Report:
             ("invariant", self.invariant_violations),
             ("dashboard != SQL", self.dashboard_mismatches),
             ("stuck", self.stuck),
+            ("limit", self.limit_violations),
+            ("wait", self.wait_violations),
+            ("join", self.join_violations),
+            ("recovery", self.recovery_violations),
         ):
             out += [f"{title}: {item}" for item in items]
         return out
@@ -737,7 +811,10 @@ class Report:
             f"recovery: {recoveries}; lost writes {len(self.lost_writes)}, doubled writes "
             f"{len(self.doubled_writes)}, lost signals {len(self.lost_signals)}, invariant "
             f"violations {len(self.invariant_violations)}, dashboard mismatches "
-            f"{len(self.dashboard_mismatches)}, stuck {len(self.stuck)}"
+            f"{len(self.dashboard_mismatches)}, stuck {len(self.stuck)}, limit violations "
+            f"{len(self.limit_violations)}, wait violations {len(self.wait_violations)}, join "
+            f"violations {len(self.join_violations)}, recovery violations "
+            f"{len(self.recovery_violations)}; figures {self.figures}"
         )
 
 
@@ -755,24 +832,35 @@ class Plan:
     #: Both forms inject each kind once, in FAULTS' order; the full form then goes on at
     #: random until ``seconds`` have passed.
     random_faults: bool
+    #: Workflows the ``flood`` fault creates at once (mostly one-step ChaosBurstFlow): that
+    #: many messages queue up in the broker, and the ``broker-loses-queue`` that follows it
+    #: loses what is still queued.
+    flood: int = 300
     settle_cap: float = 240.0
     stall: float = 45.0
     hold_connections: float = 5.0
     seed: int = 20261201
+    #: At most this many housekeeping recoveries of stuck scheduled rows (the dispatcher
+    #: resends every row it sent; housekeeping finds one only while the dispatcher is held up).
+    stuck_scheduled_allowed: int = 10
 
     @classmethod
     def bounded(cls) -> Plan:
-        return cls(seconds=0, backlog=40, gap=4.0, random_faults=False)
+        return cls(seconds=0, backlog=40, gap=4.0, random_faults=False, flood=400)
 
     @classmethod
     def full(cls, seconds: float = 600) -> Plan:
-        return cls(seconds=seconds, backlog=120, gap=8.0, random_faults=True)
+        return cls(
+            seconds=seconds, backlog=120, gap=8.0, random_faults=True, flood=3000, settle_cap=600
+        )
 
 
 FAULTS = (
     "kill-pool-child",
     "cut-connections",
     "kill-worker",
+    "flood",
+    "broker-loses-queue",
     "broker-restart",
     "broker-kill-9",
     "db-restart",
@@ -808,6 +896,12 @@ class Chaos:
         self.engine: Engine | None = None
         self.hogs: list[Any] = []
         self.celery: Any = None
+        #: Workflows an operator acted on (a paused deadline waits for resume()).
+        self.touched: set[int] = set()
+        #: Waits for ``reply`` the harness answered (once each).
+        self.replied: set[int] = set()
+        #: The most executions seen in progress at once per slot, sampled while running.
+        self.sampled_peaks: Counter[str] = Counter()
 
     # --- setup and teardown -------------------------------------------------------------
 
@@ -904,6 +998,23 @@ class Chaos:
         with self.engine.connect() as connection:
             return [int(x) for x in connection.execute(query).scalars()]
 
+    def _rows(self, query: Any) -> list[Any]:
+        assert self.engine is not None
+        with self.engine.connect() as connection:
+            return list(connection.execute(query))
+
+    def _sample_slots(self) -> None:
+        """The executions in progress per concurrency slot right now (a second look at the
+        limits, besides the intervals checked afterwards)."""
+        from geneva_drive.models import StepExecution
+
+        for slot, count in self._rows(
+            select(StepExecution.limit_slot, func.count())
+            .where(StepExecution.state == "in_progress", StepExecution.limit_slot.is_not(None))
+            .group_by(StepExecution.limit_slot)
+        ):
+            self.sampled_peaks[slot] = max(self.sampled_peaks[slot], int(count))
+
     def completed(self) -> int | None:
         from geneva_drive.models import StepExecution
 
@@ -925,23 +1036,38 @@ class Chaos:
 
     # --- load and operators ---------------------------------------------------------------
 
-    def create(self, count: int) -> None:
+    def create(self, count: int, burst: bool = False) -> None:
+        """``count`` workflows of every kind in turn (``burst``: mostly one-step ones)."""
         from geneva_drive import db
-        from tests.reliability.chaos_flows import ChaosLedgerFlow, ChaosWalkFlow
+        from tests.reliability import chaos_flows as flows
 
-        with self._quietly(), db.transaction() as session:
-            for index in range(count):
-                cls = ChaosWalkFlow if index % 4 == 3 else ChaosLedgerFlow
-                cls.create(session=session, allow_multiple=True)
+        mix: tuple[type[Any], ...] = (
+            flows.ChaosLedgerFlow,
+            flows.ChaosTenantFlow,
+            flows.ChaosDeadlineFlow,
+            flows.ChaosWalkFlow,
+            flows.ChaosTenantFlow,
+            flows.ChaosFanOutFlow,
+            flows.ChaosReminderFlow,
+            flows.ChaosLedgerFlow,
+        )
+        if burst:
+            mix = (*[flows.ChaosBurstFlow] * 6, flows.ChaosTenantFlow, flows.ChaosDeadlineFlow)
+        with self._quietly():
+            for start in range(0, count, 500):  # transactions of 500 rows at most
+                with db.transaction() as session:
+                    for index in range(start, min(count, start + 500)):
+                        mix[index % len(mix)].create(session=session, allow_multiple=True)
 
     def tick(self) -> None:
         """One round of load: keep the backlog, deliver signals, act as operators."""
-        from geneva_drive.models import StepExecution
+        from geneva_drive.models import StepExecution, utcnow
         from geneva_drive.workflow import Workflow
 
         parked: list[int] = []
         performing: list[int] = []
         paused: list[int] = []
+        replies: list[Any] = []
         with self._quietly():
             ongoing = int(
                 self._scalar(
@@ -954,12 +1080,34 @@ class Chaos:
             if ongoing < self.plan.backlog:
                 self.create(min(10, self.plan.backlog - ongoing))
             parked = self._ids(
-                select(StepExecution.workflow_id).where(StepExecution.state == "waiting").limit(50)
+                select(StepExecution.workflow_id)
+                .where(StepExecution.state == "waiting", StepExecution.step_name == "gate")
+                .limit(50)
             )
+            replies = self._rows(
+                select(
+                    StepExecution.workflow_id, StepExecution.state, StepExecution.timeout_at
+                ).where(
+                    StepExecution.step_name == "reply",
+                    StepExecution.timeout_at.is_not(None),
+                    StepExecution.created_at > utcnow() - timedelta(minutes=2),
+                )
+            )
+            replies = [row for row in replies if row.workflow_id not in self.replied]
+            self._sample_slots()
             performing = self._ids(
                 select(Workflow.id).where(Workflow.state == "performing").limit(50)
             )
             paused = self._ids(select(Workflow.id).where(Workflow.state == "paused").limit(50))
+        # The time-bounded waits go both ways: a third is answered as soon as seen (before
+        # the deadline), a third only once the deadline has passed (the sweep may or may not
+        # have fired; a signal after the time-out is stored, pending), a third never.
+        now = utcnow()
+        for row in replies:
+            way = row.workflow_id % 3
+            if (way == 1 and row.state == "waiting") or (way == 2 and now > row.timeout_at):
+                self.replied.add(row.workflow_id)
+                self.signal(row.workflow_id, f"reply-{row.workflow_id}", name="reply")
         for workflow_id in self.rng.sample(parked, min(len(parked), 4)):
             key = self.rng.choice([None, f"go-{workflow_id}"])
             self.signal(workflow_id, key)
@@ -975,8 +1123,9 @@ class Chaos:
     def act(self, workflow_id: int, action: str) -> None:
         data: dict[str, Any] = {}
         if action == "resume_at":
-            data["step"] = self.rng.choice(["a", "b", "c", "walk", "done"])
+            data["step"] = self.rng.choice(["a", "b", "c", "walk", "done", "load", "store"])
         self.actions[action] += 1
+        self.touched.add(workflow_id)
         with self._quietly():
             status = self.post(f"/workflows/{workflow_id}/{action}", data)
             if status >= 500:
@@ -984,9 +1133,9 @@ class Chaos:
             elif status >= 400:
                 self.report.operator_refused += 1
 
-    def signal(self, workflow_id: int, key: str | None) -> None:
+    def signal(self, workflow_id: int, key: str | None, name: str = "go") -> None:
         self.actions["signal"] += 1
-        data = {"name": "go", "payload": "{}", "idempotency_key": key or ""}
+        data = {"name": name, "payload": "{}", "idempotency_key": key or ""}
         with self._quietly():
             status = self.post(f"/workflows/{workflow_id}/signals", data)
             if status < 400:
@@ -999,21 +1148,34 @@ class Chaos:
     # --- faults ---------------------------------------------------------------------------
 
     def inject(self, kind: str) -> FaultRecord:
+        from geneva_drive.models import utcnow
+
         assert self.fleet is not None
-        record = FaultRecord(kind, time.monotonic())
+        record = FaultRecord(kind, time.monotonic(), began=utcnow().isoformat())
         began = time.monotonic()
         if kind == "kill-pool-child":
             name = self.rng.choice(sorted(self.fleet.workers))
             children = self.fleet.children(name)
             if children:
+                # A child in the middle of a step, when one is.
+                victim = self._busiest(children)
+                record.killed_executions = self._running_on([victim])
                 with suppress(ProcessLookupError):
-                    os.kill(self.rng.choice(children), signal.SIGKILL)
-                record.note = f"a pool child of {name}"
+                    os.kill(victim, signal.SIGKILL)
+                record.note = f"a pool child of {name}, {len(record.killed_executions)} running"
         elif kind == "kill-worker":
             name = self.rng.choice(sorted(self.fleet.workers))
+            record.killed_executions = self._running_on(self.fleet.children(name))
             self.fleet.workers[name].kill()
-            record.note = name
+            record.note = f"{name}, {len(record.killed_executions)} running"
             self.fleet.supervise()  # the supervisor starts it again
+        elif kind == "flood":
+            self.create(self.plan.flood, burst=True)
+            record.note = f"{self.plan.flood} workflows at once"
+        elif kind == "broker-loses-queue":
+            record.lost_messages = self._queued()
+            record.note = f"{len(record.lost_messages)} executions sent and not started"
+            self.broker.lose_queue()
         elif kind == "cut-connections":
             # Three times, 1.5 s apart: each lands on whatever bodies run at that moment,
             # between their write and their outcome.
@@ -1043,7 +1205,52 @@ class Chaos:
         else:
             raise ValueError(f"unknown fault {kind!r}")
         record.duration = time.monotonic() - began
+        record.ended = utcnow().isoformat()
         return record
+
+    def _running_on(self, pids: list[int]) -> list[int]:
+        """The executions in progress on these worker processes (their worker rows)."""
+        from geneva_drive.models import StepExecution, Worker
+
+        if not pids:
+            return []
+        with self._quietly():
+            return self._ids(
+                select(StepExecution.id)
+                .join(Worker, Worker.id == StepExecution.worker_id)
+                .where(StepExecution.state == "in_progress", Worker.pid.in_(pids))
+            )
+        return []
+
+    def _busiest(self, pids: list[int]) -> int:
+        for pid in self.rng.sample(pids, len(pids)):
+            if self._running_on([pid]):
+                return pid
+        return self.rng.choice(pids)
+
+    def _queued(self, among: list[int] | None = None) -> list[int]:
+        """Executions sent and not started (of running workflows; ``among`` only these)."""
+        from geneva_drive.models import StepExecution
+        from geneva_drive.workflow import Workflow
+
+        query = (
+            select(StepExecution.id)
+            .join(Workflow, Workflow.id == StepExecution.workflow_id)
+            .where(
+                StepExecution.state == "scheduled",
+                StepExecution.sent_at.is_not(None),
+                Workflow.state == "ready",
+            )
+        )
+        found: list[int] = []
+        for start in range(0, len(among), 1000) if among is not None else (0,):
+            chunk = (
+                query
+                if among is None
+                else query.where(StepExecution.id.in_(among[start : start + 1000]))
+            )
+            found += self._ids(chunk)
+        return found
 
     def _busy(self, seconds: float) -> None:
         """Keep operators and load going for ``seconds`` (during an outage they fail)."""
@@ -1076,8 +1283,14 @@ class Chaos:
             if baseline is None:
                 baseline = now
             elif now is not None and now > baseline:
-                record.recovery = time.monotonic() - started
-                return
+                if record.recovery is None:
+                    record.recovery = time.monotonic() - started
+                if record.kind != "broker-loses-queue":
+                    return
+                with self._quietly():
+                    if not self._queued(record.lost_messages):
+                        record.progress = time.monotonic() - started
+                        return
             self.tick()
             time.sleep(0.25)
 
@@ -1097,12 +1310,18 @@ class Chaos:
             else:
                 break
             record = self.inject(kind)
-            self.recover(record, cap=90)
+            self.recover(record, cap=120 if kind == "broker-loses-queue" else 90)
             self.report.faults.append(record)
             print(
                 f"chaos[{self.stack}] {kind} ({record.note or '-'}): {record.duration:.1f}s, "
                 f"recovered in "
-                + (f"{record.recovery:.1f}s" if record.recovery is not None else "never"),
+                + (f"{record.recovery:.1f}s" if record.recovery is not None else "never")
+                + (
+                    ", every lost message's execution started in "
+                    + (f"{record.progress:.1f}s" if record.progress is not None else "never")
+                    if kind == "broker-loses-queue"
+                    else ""
+                ),
                 flush=True,
             )
             self._busy(self.plan.gap)
@@ -1136,9 +1355,12 @@ class Chaos:
                 for workflow_id in self._ids(select(Workflow.id).where(Workflow.state == "paused")):
                     self.act(workflow_id, "resume")
                 for workflow_id in self._ids(
-                    select(StepExecution.workflow_id).where(StepExecution.state == "waiting")
+                    select(StepExecution.workflow_id).where(
+                        StepExecution.state == "waiting", StepExecution.step_name == "gate"
+                    )
                 ):
                     self.signal(workflow_id, None)
+                # (waits for ``reply`` time out on their own; joins wait for their children)
             time.sleep(0.5)
         self.report.settle_seconds = time.monotonic() - started
 
@@ -1193,6 +1415,115 @@ class Chaos:
                     f"last execution {tuple(current) if current else None}"
                 )
         report.dashboard_mismatches = self._dashboard_versus_sql()
+        self._check_run_rules()
+
+    def _check_run_rules(self) -> None:
+        """Limits held at every moment, each wait went one way and timed out on time, each
+        join ran once after its children, and recovery kept up."""
+        from geneva_drive.models import StepExecution
+        from geneva_drive.workflow import Workflow
+        from tests.reliability import chaos_flows as flows
+        from tests.reliability.invariants import (
+            Window,
+            check_concurrency,
+            check_joins,
+            check_rates,
+            check_waits,
+            limits_of,
+        )
+
+        assert self.engine is not None
+        report = self.report
+        classes = [
+            cls
+            for cls in vars(flows).values()
+            if isinstance(cls, type)
+            and issubclass(cls, Workflow)
+            and cls.__module__ == flows.__name__
+        ]
+        concurrency, rates = limits_of(classes)
+        with self.engine.connect() as connection:
+            breaches, peaks = check_concurrency(connection, concurrency)
+            report.limit_violations = breaches + check_rates(connection, rates)
+            for slot, peak in self.sampled_peaks.items():
+                limit = concurrency.get(slot.partition("/")[0])
+                if limit is not None and peak > limit:
+                    report.limit_violations.append(
+                        f"concurrency limit {slot} (limit {limit}): {peak} executions seen in "
+                        "progress at once while the fleet ran"
+                    )
+            down = [
+                Window(datetime.fromisoformat(f.began), datetime.fromisoformat(f.ended), f.kind)
+                for f in report.faults
+                if f.kind in DATABASE_DOWN and f.began and f.ended
+            ]
+            report.wait_violations, waits = check_waits(
+                connection,
+                late_after=timedelta(seconds=DISPATCH_INTERVAL + SLACK),
+                exempt_windows=down,
+                exempt_workflows=self.touched,
+            )
+            report.join_violations = check_joins(connection, {"ChaosFanOutFlow": "join"})
+            recovered = list(
+                connection.execute(
+                    select(
+                        StepExecution.id,
+                        StepExecution.started_at,
+                        StepExecution.finished_at,
+                        StepExecution.outcome,
+                    ).where(StepExecution.outcome == "recovered")
+                )
+            )
+        by_id = {row.id: row for row in recovered}
+        # A killed worker's step runs again within the lease and one sweep.
+        bound = WORKER_LEASE + DISPATCH_INTERVAL + SLACK
+        for fault in report.faults:
+            for execution_id in fault.killed_executions:
+                row = by_id.get(execution_id)
+                if row is None:
+                    continue  # it finished first, or an operator closed it: nothing to recover
+                took = (row.finished_at - datetime.fromisoformat(fault.ended)).total_seconds()
+                if took > bound:
+                    report.recovery_violations.append(
+                        f"execution {execution_id}, in progress on a process the {fault.kind} "
+                        f"took down, was recovered {took:.1f} s later (lease {WORKER_LEASE} s, "
+                        f"allowed {bound:g} s)"
+                    )
+        for fault in report.faults:
+            if fault.kind == "broker-loses-queue" and fault.progress is None:
+                left = len(fault.lost_messages)
+                report.recovery_violations.append(
+                    f"after the broker lost its queue ({fault.note}), some of those {left} "
+                    "executions had not started when the cap ran out: lost messages not resent"
+                )
+        # What became of the killed processes' executions that were not recovered (an
+        # operator closed them first, or the step ended just before the kill landed).
+        fates: Counter[str] = Counter()
+        killed = [i for f in report.faults for i in f.killed_executions if i not in by_id]
+        if killed:
+            with self.engine.connect() as connection:
+                for row in connection.execute(
+                    select(StepExecution.state, StepExecution.outcome).where(
+                        StepExecution.id.in_(killed)
+                    )
+                ):
+                    fates[f"{row.state}/{row.outcome}"] += 1
+        stuck_scheduled = sum(1 for row in recovered if row.started_at is None)
+        if stuck_scheduled > self.plan.stuck_scheduled_allowed:
+            report.recovery_violations.append(
+                f"housekeeping recovered {stuck_scheduled} stuck scheduled executions (allowed "
+                f"{self.plan.stuck_scheduled_allowed}): rows waiting in the broker's queue, "
+                "sent recently, were taken for lost"
+            )
+        report.figures = {
+            "peak_in_progress": peaks,
+            "sampled_peak_in_progress": dict(self.sampled_peaks),
+            **waits,
+            "recovered_in_progress": sum(1 for row in recovered if row.started_at is not None),
+            "recovered_stuck_scheduled": stuck_scheduled,
+            "killed_executions": sum(len(f.killed_executions) for f in report.faults),
+            "killed_not_recovered": dict(fates),
+        }
 
     def _lost_signals(self, connection: Any, signals: list[Any]) -> list[str]:
         from geneva_drive.models import Signal, StepExecution

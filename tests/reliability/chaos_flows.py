@@ -33,7 +33,15 @@ from sqlalchemy import (
     select,
 )
 
-from geneva_drive import ExceptionPolicy, IterableStep, Workflow, resumable_step, step
+from geneva_drive import (
+    ConcurrencyLimit,
+    ExceptionPolicy,
+    IterableStep,
+    RateLimit,
+    Workflow,
+    resumable_step,
+    step,
+)
 from geneva_drive.models import StepExecution
 
 ledger_metadata = MetaData()
@@ -137,8 +145,148 @@ class ChaosWalkFlow(Workflow):
         _dawdle()
 
 
+#: Tenants of ChaosTenantFlow, each with TENANT_SLOTS concurrent executions at most and
+#: PARTNER_CALLS starts of ``call_partner`` per PARTNER_WINDOW seconds.
+TENANTS = 2
+TENANT_SLOTS = 2
+PARTNER_CALLS = 3
+PARTNER_WINDOW = 1.0
+#: How many children one ChaosFanOutFlow starts.
+CHILDREN = 3
+#: How long ChaosDeadlineFlow and ChaosReminderFlow wait for their ``reply`` (seconds).
+REPLY_TIMEOUT = float(os.environ.get("GENEVA_CHAOS_REPLY_TIMEOUT", "3"))
+
+
+class ChaosTenantFlow(Workflow):
+    """load → call_partner → store, every step under the tenant's concurrency limit (at most
+    TENANT_SLOTS in progress per tenant) and ``call_partner`` under the tenant's rate limit too.
+    The bodies dawdle longer than the others: a tenant's backlog queues up behind its slots."""
+
+    may_proceed_without_hero = True
+    concurrency_limit = ConcurrencyLimit("chaos-tenant", limit=TENANT_SLOTS, key="tenant")
+
+    def tenant(self) -> str:
+        return f"t{self.id % TENANTS}"
+
+    @step
+    def load(self) -> None:
+        _write(self, "load")
+        time.sleep(random.uniform(0.2, 2 * DAWDLE))
+
+    @step(
+        rate_limit=RateLimit(
+            "chaos-partner",
+            limit=PARTNER_CALLS,
+            per=timedelta(seconds=PARTNER_WINDOW),
+            key="tenant",
+        )
+    )
+    def call_partner(self) -> None:
+        _write(self, "call_partner")
+        _dawdle()
+
+    @step
+    def store(self) -> None:
+        _write(self, "store")
+        time.sleep(random.uniform(0.2, 2 * DAWDLE))
+
+
+class ChaosChildFlow(Workflow):
+    """A child of ChaosFanOutFlow: one step."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def ship(self) -> None:
+        _write(self, "ship")
+        _dawdle()
+
+
+class ChaosFanOutFlow(Workflow):
+    """fan_out starts CHILDREN children in its own transaction; ``join`` waits for all of them
+    (a canceled child pauses the parent: operators resume it, and the join runs anyway)."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def fan_out(self) -> None:
+        _write(self, "fan_out")
+        for _ in range(CHILDREN):
+            self.start_child(ChaosChildFlow, allow_multiple=True)
+        _dawdle()
+
+    @step(wait_for_children=True, on_child_failure="pause")
+    def join(self) -> None:
+        _write(self, "join")
+        _dawdle()
+
+
+class ChaosDeadlineFlow(Workflow):
+    """ask → reply (waits REPLY_TIMEOUT s for signal ``reply``, then is skipped) → close. The
+    harness answers some in time, some late and some never."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def ask(self) -> None:
+        _write(self, "ask")
+        _dawdle()
+
+    @step(wait_for="reply", timeout=timedelta(seconds=REPLY_TIMEOUT), on_timeout="skip")
+    def reply(self) -> None:
+        assert self.received_signal is not None, f"reply of workflow {self.id} without signal"
+        _write(self, "reply")
+
+    @step
+    def close(self) -> None:
+        _write(self, "close")
+
+
+class ChaosReminderFlow(Workflow):
+    """reply waits REPLY_TIMEOUT s for signal ``reply``; then its body runs anyway
+    (``on_timeout="run"``, ``wait_timed_out``), then ``close``."""
+
+    may_proceed_without_hero = True
+
+    @step(wait_for="reply", timeout=timedelta(seconds=REPLY_TIMEOUT), on_timeout="run")
+    def reply(self) -> None:
+        if self.wait_timed_out:
+            assert self.received_signal is None, f"timed-out reply of {self.id} with a signal"
+        else:
+            assert self.received_signal is not None, f"reply of workflow {self.id} without signal"
+        _write(self, "reply")
+        _dawdle()
+
+    @step
+    def close(self) -> None:
+        _write(self, "close")
+
+
+class ChaosBurstFlow(Workflow):
+    """One short step: the flood of messages the backlog faults queue up."""
+
+    may_proceed_without_hero = True
+
+    @step
+    def blip(self) -> None:
+        _write(self, "blip")
+        time.sleep(random.uniform(0.01, 0.05))
+
+
 #: The plain steps that write exactly one row per attempt.
-PLAIN_STEPS = {"ChaosLedgerFlow": ("a", "b", "gate", "c"), "ChaosWalkFlow": ("done",)}
+PLAIN_STEPS = {
+    "ChaosLedgerFlow": ("a", "b", "gate", "c"),
+    "ChaosWalkFlow": ("done",),
+    "ChaosTenantFlow": ("load", "call_partner", "store"),
+    "ChaosChildFlow": ("ship",),
+    "ChaosFanOutFlow": ("fan_out", "join"),
+    "ChaosDeadlineFlow": ("ask", "reply", "close"),
+    "ChaosReminderFlow": ("reply", "close"),
+    "ChaosBurstFlow": ("blip",),
+}
+#: Outcomes of an execution whose body's writes commit with it: success, and the completed
+#: run of an ``on_timeout="run"`` step (outcome ``timed_out``).
+COMMITTING_OUTCOMES = ("success", "timed_out")
 
 
 def ledger_violations(connection: Connection) -> tuple[list[str], list[str], dict[str, int]]:
@@ -198,7 +346,7 @@ def ledger_violations(connection: Connection) -> tuple[list[str], list[str], dic
             doubled.append(f"execution {execution_id}: {count} row(s) but no such execution")
             continue
         label = f"execution {ex.id} (workflow {ex.workflow_id}, step {ex.step_name})"
-        if ex.outcome != "success":
+        if ex.outcome not in COMMITTING_OUTCOMES or ex.state != "completed":
             discarded[f"rows_of_{ex.outcome}_attempts"] += 1
             doubled.append(
                 f"{label}: {count} row(s) committed by an attempt that ended "
@@ -209,7 +357,8 @@ def ledger_violations(connection: Connection) -> tuple[list[str], list[str], dic
     successes = 0
     for ex in executions.values():
         plain = PLAIN_STEPS.get(types.get(ex.workflow_id, ""), ())
-        if ex.outcome == "success" and ex.step_name in plain:
+        committed = ex.state == "completed" and ex.outcome in COMMITTING_OUTCOMES
+        if committed and ex.step_name in plain:
             successes += 1
             if per_execution[ex.id] == 0:
                 lost.append(

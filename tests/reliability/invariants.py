@@ -352,3 +352,321 @@ def assert_invariants(
     report = check_invariants(target, quiescent=quiescent)
     assert report.ok, str(report)
     return report
+
+
+# --- rules over a whole run: limits, waits, joins ------------------------------------------------
+#
+# These read the executions' timestamps after a run (the chaos run's check): each rule is one
+# the manual states for every moment, derived afterwards from when each execution started and
+# ended. An execution holds its concurrency slot exactly while it is ``in_progress``: from
+# ``started_at`` (its start commits under the slot's lock, so a later claim sees it) to
+# ``finished_at`` (whatever closed it: its outcome, an operator, a recovery).
+
+
+@dataclass(frozen=True)
+class Window:
+    """A stretch of the run during which a rule's timing is not judged (a server was down)."""
+
+    start: datetime
+    end: datetime
+    kind: str
+
+    def overlaps(self, start: datetime, end: datetime) -> bool:
+        return self.start <= end and start <= self.end
+
+
+def limits_of(
+    classes: Iterable[type[Workflow]],
+) -> tuple[dict[str, int], dict[str, tuple[int, Any]]]:
+    """({concurrency limit name: limit}, {rate limit name: (limit, window)}) of ``classes``."""
+    concurrency: dict[str, int] = {}
+    rates: dict[str, tuple[int, Any]] = {}
+    for cls in classes:
+        limit = getattr(cls, "concurrency_limit", None)
+        if limit is not None:
+            concurrency[limit.name] = limit.limit
+        for step_def in cls.steps:
+            if step_def.concurrency_limit is not None:
+                concurrency[step_def.concurrency_limit.name] = step_def.concurrency_limit.limit
+            if step_def.rate_limit is not None:
+                rates[step_def.rate_limit.name] = (
+                    step_def.rate_limit.limit,
+                    step_def.rate_limit.window,
+                )
+    return concurrency, rates
+
+
+def check_concurrency(
+    target: Engine | Connection | Session, limits: dict[str, int]
+) -> tuple[list[str], dict[str, int]]:
+    """(violations, the most executions in progress at once per slot): no slot ``name/key``
+    ever had more than its limit ``in_progress`` at once (intervals started_at..finished_at;
+    one still open counts until now)."""
+    connection, own = _connection_of(target)
+    try:
+        rows = list(
+            connection.execute(
+                select(
+                    _ex.c.id,
+                    _ex.c.limit_slot,
+                    _ex.c.step_limit_slot,
+                    _ex.c.started_at,
+                    _ex.c.finished_at,
+                ).where(
+                    _ex.c.started_at.is_not(None),
+                    (_ex.c.limit_slot.is_not(None)) | (_ex.c.step_limit_slot.is_not(None)),
+                )
+            )
+        )
+    finally:
+        if own:
+            connection.close()
+    events: defaultdict[str, list[tuple[datetime, int, int]]] = defaultdict(list)
+    for row in rows:
+        for slot in {row.limit_slot, row.step_limit_slot} - {None}:
+            end = row.finished_at or datetime.max.replace(tzinfo=row.started_at.tzinfo)
+            # At one instant an end sorts before a start: a slot freed and taken in the same
+            # microsecond was handed over, not shared.
+            events[slot].append((row.started_at, 1, row.id))
+            events[slot].append((end, 0, row.id))
+    violations: list[str] = []
+    peaks: dict[str, int] = {}
+    for slot, slot_events in sorted(events.items()):
+        name = slot.partition("/")[0]
+        limit = limits.get(name)
+        running: set[int] = set()
+        peak = 0
+        reported = False
+        for at, kind, execution_id in sorted(slot_events):
+            if kind == 0:
+                running.discard(execution_id)
+                continue
+            running.add(execution_id)
+            peak = max(peak, len(running))
+            if limit is not None and len(running) > limit and not reported:
+                reported = True  # the first breach of each slot; the peak tells the rest
+                violations.append(
+                    f"concurrency limit {slot} (limit {limit}): {len(running)} executions in "
+                    f"progress at once at {at.isoformat()}: {sorted(running)}"
+                )
+        peaks[slot] = peak
+    return violations, peaks
+
+
+def check_rates(
+    target: Engine | Connection | Session, limits: dict[str, tuple[int, Any]]
+) -> list[str]:
+    """No window of a rate limit's length held more starts of one slot than its limit."""
+    connection, own = _connection_of(target)
+    try:
+        rows = list(
+            connection.execute(
+                select(_ex.c.id, _ex.c.rate_slot, _ex.c.started_at).where(
+                    _ex.c.rate_slot.is_not(None), _ex.c.started_at.is_not(None)
+                )
+            )
+        )
+    finally:
+        if own:
+            connection.close()
+    starts: defaultdict[str, list[tuple[datetime, int]]] = defaultdict(list)
+    for row in rows:
+        starts[row.rate_slot].append((row.started_at, row.id))
+    violations: list[str] = []
+    for slot, found in sorted(starts.items()):
+        name = slot.partition("/")[0]
+        if name not in limits:
+            continue
+        limit, window = limits[name]
+        found.sort()
+        first = 0
+        for index, (at, _execution_id) in enumerate(found):
+            # The starts in (at - window, at]: the engine admits a start only while fewer than
+            # ``limit`` started after now - window.
+            while found[first][0] <= at - window:
+                first += 1
+            if index - first + 1 > limit:
+                ids = [execution_id for _, execution_id in found[first : index + 1]]
+                violations.append(
+                    f"rate limit {slot} ({limit} per {window.total_seconds():g} s): "
+                    f"{index - first + 1} starts within {window.total_seconds():g} s up to "
+                    f"{at.isoformat()}: executions {ids}"
+                )
+                break
+    return violations
+
+
+def check_waits(
+    target: Engine | Connection | Session,
+    *,
+    late_after: Any = None,
+    exempt_windows: Iterable[Window] = (),
+    exempt_workflows: Iterable[int] = (),
+) -> tuple[list[str], dict[str, Any]]:
+    """(violations, figures) of the time-bounded waits.
+
+    Each wait went one way: an execution the time-out fired on holds no signal (a signal
+    claimed by it woke it first; firing on it anyway is a double wake-up), and one woken by a
+    signal has no ``timed_out_at``; outcome ``timed_out`` iff ``timed_out_at``. A carried-over
+    run of an ``on_timeout="run"`` step (its ``timed_out_at`` precedes its creation) may attach
+    a signal that arrived meanwhile, as the manual says. With ``late_after`` (a timedelta:
+    the dispatch interval plus slack): no time-out fired before its deadline, none more than
+    ``late_after`` after it, and no signal woke an execution more than ``late_after`` past its
+    deadline (the time-out should have fired first) - except where a window of
+    ``exempt_windows`` (a server down) overlaps, or for ``exempt_workflows`` (an operator
+    paused or moved them: a paused workflow's deadline waits for resume()).
+    """
+    connection, own = _connection_of(target)
+    try:
+        rows = list(
+            connection.execute(
+                select(
+                    _ex.c.id,
+                    _ex.c.workflow_id,
+                    _ex.c.step_name,
+                    _ex.c.state,
+                    _ex.c.outcome,
+                    _ex.c.created_at,
+                    _ex.c.timeout_at,
+                    _ex.c.timed_out_at,
+                    _ex.c.signal_id,
+                    _sig.c.claimed_at,
+                    _sig.c.created_at.label("signal_created_at"),
+                )
+                .select_from(_ex.outerjoin(_sig, _sig.c.id == _ex.c.signal_id))
+                .where(
+                    (_ex.c.timeout_at.is_not(None))
+                    | (_ex.c.timed_out_at.is_not(None))
+                    | (_ex.c.outcome == states.Outcome.TIMED_OUT)
+                )
+            )
+        )
+    finally:
+        if own:
+            connection.close()
+    windows = list(exempt_windows)
+    exempt = set(exempt_workflows)
+    violations: list[str] = []
+    timed_out = woken = exempted = 0
+    worst = 0.0
+    for ex in rows:
+        label = f"execution {ex.id} (workflow {ex.workflow_id}, step {ex.step_name!r})"
+        final = ex.state in states.FINAL_STEP_STATES
+        if final and (ex.outcome == states.Outcome.TIMED_OUT) != (ex.timed_out_at is not None):
+            violations.append(
+                f"{label}: {ex.state}/{ex.outcome} with timed_out_at={ex.timed_out_at}"
+            )
+        carried = ex.timed_out_at is not None and ex.timed_out_at < ex.created_at
+        if ex.timed_out_at is not None and not carried:
+            timed_out += 1
+            if ex.signal_id is not None:
+                violations.append(
+                    f"{label}: timed out at {ex.timed_out_at.isoformat()} but holds signal "
+                    f"{ex.signal_id} (claimed at {ex.claimed_at}): a wait that went both ways"
+                )
+        elif ex.signal_id is not None and ex.timeout_at is not None:
+            woken += 1
+        if late_after is None or ex.timeout_at is None or carried:
+            continue
+        if ex.timed_out_at is not None:
+            if ex.timed_out_at < ex.timeout_at:
+                violations.append(
+                    f"{label}: timed out at {ex.timed_out_at.isoformat()}, before its deadline "
+                    f"{ex.timeout_at.isoformat()}"
+                )
+                continue
+            moment, what = ex.timed_out_at, "timed out"
+        elif ex.signal_id is not None and ex.signal_created_at is not None:
+            moment, what = max(ex.signal_created_at, ex.timeout_at), "was woken by a signal sent"
+        else:
+            continue
+        late = (moment - ex.timeout_at).total_seconds()
+        if late <= late_after.total_seconds():
+            worst = max(worst, late)
+            continue
+        if ex.workflow_id in exempt or any(w.overlaps(ex.timeout_at, moment) for w in windows):
+            exempted += 1
+            continue
+        violations.append(
+            f"{label}: {what} {late:.1f} s after its deadline {ex.timeout_at.isoformat()} "
+            f"(allowed {late_after.total_seconds():g} s; the time-out did not fire on time)"
+        )
+    figures = {
+        "timed_out": timed_out,
+        "woken_by_signal": woken,
+        "late_exempted": exempted,
+        "latest_on_time_s": round(worst, 2),
+    }
+    return violations, figures
+
+
+def check_joins(target: Engine | Connection | Session, join_steps: dict[str, str]) -> list[str]:
+    """Each parent's join (``join_steps``: parent type → step name) ran at most once, exactly
+    once for a finished parent whose join was not skipped, and only after every child had
+    ended; a finished parent has no child still open."""
+    connection, own = _connection_of(target)
+    try:
+        parents = {
+            row.id: row
+            for row in connection.execute(
+                select(_wf.c.id, _wf.c.type, _wf.c.state, _wf.c.children_open).where(
+                    _wf.c.type.in_(list(join_steps))
+                )
+            )
+        }
+        children: defaultdict[int, list[Any]] = defaultdict(list)
+        for row in connection.execute(
+            select(_wf.c.id, _wf.c.parent_id, _wf.c.state).where(_wf.c.parent_id.is_not(None))
+        ):
+            children[row.parent_id].append(row)
+        child_end = dict(
+            connection.execute(
+                select(_ex.c.workflow_id, func.max(_ex.c.finished_at))
+                .where(_ex.c.workflow_id.in_(select(_wf.c.id).where(_wf.c.parent_id.is_not(None))))
+                .group_by(_ex.c.workflow_id)
+            ).all()
+        )
+        joins: defaultdict[int, list[Any]] = defaultdict(list)
+        for row in connection.execute(
+            select(
+                _ex.c.id,
+                _ex.c.workflow_id,
+                _ex.c.step_name,
+                _ex.c.state,
+                _ex.c.outcome,
+                _ex.c.started_at,
+            ).where(_ex.c.workflow_id.in_(list(parents)) if parents else _ex.c.id < 0)
+        ):
+            if row.step_name == join_steps.get(parents[row.workflow_id].type):
+                joins[row.workflow_id].append(row)
+    finally:
+        if own:
+            connection.close()
+    violations: list[str] = []
+    for parent_id, parent in parents.items():
+        ran = [
+            j
+            for j in joins[parent_id]
+            if j.state == states.StepState.COMPLETED and j.outcome == states.Outcome.SUCCESS
+        ]
+        skipped = [j for j in joins[parent_id] if j.state == states.StepState.SKIPPED]
+        label = f"parent {parent_id} ({parent.type}, {parent.state})"
+        if len(ran) > 1:
+            violations.append(f"{label}: its join ran {len(ran)} times: {[j.id for j in ran]}")
+        if parent.state == states.WorkflowState.FINISHED and not ran and not skipped:
+            violations.append(f"{label}: finished without its join running")
+        if parent.state == states.WorkflowState.FINISHED and parent.children_open:
+            violations.append(f"{label}: finished with children_open={parent.children_open}")
+        for join in ran:
+            for child in children[parent_id]:
+                ended = child_end.get(child.id)
+                if not states.is_terminal(child.state) or ended is None:
+                    violations.append(
+                        f"{label}: join {join.id} ran while child {child.id} is {child.state}"
+                    )
+                elif join.started_at is not None and ended > join.started_at:
+                    violations.append(
+                        f"{label}: join {join.id} started at {join.started_at.isoformat()}, "
+                        f"before child {child.id} ended at {ended.isoformat()}"
+                    )
+    return violations
