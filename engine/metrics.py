@@ -1,9 +1,9 @@
 """Read-only aggregate queries: what /metrics, the overview page and the gem's gauges show.
 
-One :func:`collect` runs five grouped queries (never more) and returns a
+One :func:`collect` runs six aggregate queries (never more) and returns a
 :class:`MetricsSnapshot`; :func:`get_snapshot` is the same behind a cache (5 s, single-flight,
 then stale-while-revalidate), so a scrape storm or a busy overview page costs the database
-five queries per cache period, not five per request, and a scrape never waits for them once
+six queries per cache period, not six per request, and a scrape never waits for them once
 the cache is warm.
 
 The three step-execution queries read one index range each, so their cost follows the
@@ -19,6 +19,9 @@ overdue scheduled executions           same index: ``scheduled`` and ``scheduled
 stuck in-progress executions           partial index on ``started_at`` where in_progress
 unexplained workflows                  the live ranges only: workflows by ``(state, id)``,
                                        executions by state (:mod:`geneva_drive.health`)
+workers by state, and the executions   the workers table (a row per worker process, pruned
+in progress on a worker not live       after a day) and the ``in_progress`` range of
+                                       ``index_geneva_drive_step_executions_scheduled``
 =====================================  =================================================
 
 The workflow count by (type, state) reads ``geneva_drive_workflow_counts`` (a few rows per
@@ -42,6 +45,11 @@ Definitions (the numbers the alerts in ``docs/prometheus-rules.yml`` fire on):
   ``settings.stuck_in_progress_threshold`` (exactly what housekeeping will recover).
 * **paused ratio** — paused / all workflows of a class, finished and canceled included
   (the gem's denominator).
+* **workers** — registered worker processes that have not stopped, ``live`` (a heartbeat
+  within ``settings.worker_lease``) or ``expired`` (none within it: killed or stalled; the row
+  stays a day). **expired worker steps** — executions ``in_progress`` on a worker that is not
+  live: exactly what the next dispatcher sweep recovers (:mod:`geneva_drive.liveness`). Not
+  per class, and measured on every collect, with or without workflows.
 
 This module only reads. It never imports Flask.
 """
@@ -56,13 +64,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Engine, case, func, select
+from sqlalchemy import Engine, and_, case, func, or_, select
 from sqlalchemy.orm import Session
 
-from geneva_drive import counts, db, health, lateness, metrics_facade
+from geneva_drive import counts, db, health, lateness, liveness, metrics_facade
 from geneva_drive.config import settings
 from geneva_drive.dialects import dialect_for
-from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.models import StepExecution, Worker, utcnow
 from geneva_drive.states import StepState, WorkflowState
 from geneva_drive.workflow import Workflow
 
@@ -75,6 +83,8 @@ log = logging.getLogger("geneva_drive.metrics")
 
 #: Every workflow state, in display order; each class gets all of them (zeros included).
 WORKFLOW_STATES: tuple[str, ...] = tuple(s.value for s in WorkflowState)
+#: The worker states the snapshot counts (a stopped worker is history, not a figure to watch).
+WORKER_STATES: tuple[str, ...] = ("live", "expired")
 
 
 @dataclass(frozen=True)
@@ -114,8 +124,12 @@ class MetricsSnapshot:
     stuck_in_progress_threshold: timedelta
     #: Wall time the queries took, in seconds.
     query_seconds: float = 0.0
-    #: How many SQL statements :func:`collect` issued (5, or 1 on an empty database).
+    #: How many SQL statements :func:`collect` issued (6, or 2 on an empty database).
     query_count: int = 0
+    #: Workers that have not stopped, by state (every state of :data:`WORKER_STATES`).
+    workers: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(WORKER_STATES, 0))
+    #: Executions in progress on a worker that is not live (the next sweep recovers them).
+    expired_worker_steps: int = 0
     _by_class: dict[str, ClassMetrics] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -189,7 +203,8 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
     for (workflow_type, state), count in counts.read(session).items():
         states.setdefault(workflow_type, dict.fromkeys(WORKFLOW_STATES, 0))[state] = count
     per_class: dict[str, dict[str, Any]] = {t: {} for t in states}
-    # No workflows means no executions: a fresh install scrapes in one query.
+    live, expired, held = session.execute(_workers(now)).one()
+    # No workflows means no executions: a fresh install scrapes in two queries.
     if states:
         _count_executions(session, per_class, now, waiting_threshold, stuck_threshold)
     classes = tuple(
@@ -213,7 +228,9 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
         waiting_visibility_threshold=waiting_threshold,
         stuck_in_progress_threshold=stuck_threshold,
         query_seconds=time.perf_counter() - started,
-        query_count=5 if states else 1,
+        query_count=6 if states else 2,
+        workers={"live": int(live or 0), "expired": int(expired or 0)},
+        expired_worker_steps=int(held or 0),
     )
 
 
@@ -301,6 +318,35 @@ def _stuck(now: datetime) -> Any:
         lateness.stuck_in_progress_condition(now)
     )
     return _grouped(rows)
+
+
+def _workers(now: datetime) -> Any:
+    """One row: live workers, expired workers, and the executions in progress on a worker that
+    is not live (stopped, expired, or its row gone). Live means what
+    :func:`geneva_drive.liveness.is_live` says: not stopped, a heartbeat after the cutoff."""
+    w = Worker.__table__
+    cutoff = liveness.lease_cutoff(now)
+    holder = w.alias("holder")
+    held = (
+        select(func.count())
+        .select_from(_se.outerjoin(holder, holder.c.id == _se.c.worker_id))
+        .where(
+            _se.c.state == StepState.IN_PROGRESS,
+            _se.c.worker_id.is_not(None),
+            or_(
+                holder.c.id.is_(None),
+                holder.c.stopped_at.is_not(None),
+                holder.c.heartbeat_at <= cutoff,
+            ),
+        )
+        .scalar_subquery()
+    )
+    running = w.c.stopped_at.is_(None)
+    return select(
+        func.sum(case((and_(running, w.c.heartbeat_at > cutoff), 1), else_=0)),
+        func.sum(case((and_(running, w.c.heartbeat_at <= cutoff), 1), else_=0)),
+        held,
+    ).select_from(w)
 
 
 # --- the cache -------------------------------------------------------------------------------

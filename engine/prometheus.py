@@ -106,6 +106,7 @@ class EventMetrics:
     children_started: Counter
     children_joined: Counter
     limit_deferrals: Counter
+    worker_recoveries: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None) -> EventMetrics:
@@ -199,6 +200,14 @@ class EventMetrics:
                 ["limit"],
                 registry=registry,
             ),
+            worker_recoveries=Counter(
+                "geneva_drive_worker_recoveries",
+                "In-progress step executions recovered because their worker's lease expired "
+                "(no heartbeat within worker_lease: the process died or stalled), by workflow "
+                "class; each was reattempted or canceled as stuck_recovery_action says.",
+                ["workflow"],
+                registry=registry,
+            ),
         )
 
     def collectors(self) -> list[Any]:
@@ -237,6 +246,7 @@ def install(
         instrumentation.child_started.connect(_on_child_started, weak=False)
         instrumentation.child_joined.connect(_on_child_joined, weak=False)
         instrumentation.limit_deferred.connect(_on_limit_deferred, weak=False)
+        instrumentation.worker_recovered.connect(_on_worker_recovered, weak=False)
         _metrics, _registry = metrics, registry
         return metrics
 
@@ -256,6 +266,7 @@ def uninstall() -> None:
         instrumentation.child_started.disconnect(_on_child_started)
         instrumentation.child_joined.disconnect(_on_child_joined)
         instrumentation.limit_deferred.disconnect(_on_limit_deferred)
+        instrumentation.worker_recovered.disconnect(_on_worker_recovered)
         if _registry is not None:
             for collector in _metrics.collectors():
                 _registry.unregister(collector)
@@ -349,6 +360,13 @@ def _on_limit_deferred(sender: Any, **payload: Any) -> None:
     metrics.limit_deferrals.labels(str(payload.get("limit"))).inc()
 
 
+def _on_worker_recovered(sender: Any, **payload: Any) -> None:
+    metrics = _metrics
+    if metrics is None:
+        return
+    metrics.worker_recoveries.labels(workflow_label(payload)).inc()
+
+
 def _on_housekeeping(sender: Any, **payload: Any) -> None:
     metrics = _metrics
     if metrics is None:
@@ -433,6 +451,14 @@ def snapshot_metrics(snapshot: MetricsSnapshot) -> Iterator[Metric]:
         "Ongoing workflows with no explained next event (geneva-drive doctor lists them).",
         labels=["workflow"],
     )
+    workers = GaugeMetricFamily(
+        "geneva_drive_workers",
+        "Registered worker processes that have not stopped: live (a heartbeat within "
+        "worker_lease) or expired (none within it: killed or stalled; the row is kept a day).",
+        labels=["state"],
+    )
+    for state, count in snapshot.workers.items():
+        workers.add_metric([state], count)
     for cls in snapshot.classes:
         unexplained.add_metric([cls.workflow], cls.unexplained)
         for state, count in cls.states.items():
@@ -451,6 +477,13 @@ def snapshot_metrics(snapshot: MetricsSnapshot) -> Iterator[Metric]:
     yield overdue
     yield stuck
     yield unexplained
+    yield workers
+    yield GaugeMetricFamily(
+        "geneva_drive_expired_worker_steps",
+        "Step executions in progress on a worker that is not live: the next dispatcher sweep "
+        "recovers them (a value that stays above 0 means no sweep is running).",
+        value=snapshot.expired_worker_steps,
+    )
     yield GaugeMetricFamily(
         "geneva_drive_oldest_overdue_seconds",
         "How late the most overdue scheduled step execution is (0 when none is).",

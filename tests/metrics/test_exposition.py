@@ -22,6 +22,8 @@ DB_GAUGES = {
     "geneva_drive_stuck_in_progress": {"workflow"},
     "geneva_drive_unexplained_workflows": {"workflow"},
     "geneva_drive_oldest_overdue_seconds": set(),
+    "geneva_drive_workers": {"state"},
+    "geneva_drive_expired_worker_steps": set(),
 }
 #: Every label any geneva_drive_* series may carry: names and fixed vocabularies, never ids.
 ALLOWED_LABELS = {
@@ -189,7 +191,7 @@ def test_second_scrape_within_the_ttl_runs_no_query(app, seeded, count_statement
         first = scrape(client)
         after_first = counter.count
         second = scrape(client)
-    assert len(snapshot_selects(counter)) == 5, counter.statements
+    assert len(snapshot_selects(counter)) == 6, counter.statements
     assert counter.count == after_first, "the second scrape within 5 s must not query"
     assert samples(first["geneva_drive_workflows"]) == samples(second["geneva_drive_workflows"])
 
@@ -204,7 +206,7 @@ def test_a_scrape_after_the_ttl_queries_again(app, seeded, count_statements, mon
     monkeypatch.setattr(metrics._cache, "max_age", 0.0)
     with count_statements(engine) as counter:
         scrape(client)
-    assert len(snapshot_selects(counter)) == 5
+    assert len(snapshot_selects(counter)) == 6
 
 
 def test_database_errors_become_database_up_zero():
@@ -251,8 +253,8 @@ def test_cache_period_from_the_app_config(geneva_database, geneva_session, count
         with count_statements(engine) as counter:
             scrape(client)
             scrape(client)
-        # An empty database: one snapshot query per scrape, no cache.
-        assert len(snapshot_selects(counter)) == 2
+        # An empty database: two snapshot queries per scrape (counts, workers), no cache.
+        assert len(snapshot_selects(counter)) == 4
     finally:
         metrics.configure_cache(max_age=previous)
         with flask_app.app_context():
