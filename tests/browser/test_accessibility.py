@@ -39,6 +39,7 @@ PAGES = [
     "/limits",
     "/workflows?limit=tenant-sync&limit_key=acme.example",
     "/unexplained",
+    "/workers",
 ]
 
 
