@@ -12,10 +12,17 @@ The fleet is what production runs: two ``celery -A geneva_drive.celery worker --
 -c 2`` and one ``celery beat`` (the dispatcher and housekeeping), supervised by this process
 (a worker that exits is started again, as systemd or Kubernetes would). The workflows
 (``chaos_flows.py``) write a LEDGER row through ``self.session`` in every step body, wait,
-park for signals and walk resumably. While they run, the harness injects, one after another
-(each once in the bounded form, at random for ``--seconds`` in the full form):
+park for signals and walk resumably; run under a per-tenant concurrency limit and rate limit;
+fan out to children and join them; and wait for a signal with a time-out (answered in time,
+late, or never). The fleet runs with a short worker lease (WORKER_LEASE, heartbeats every
+second). While they run, the harness injects, one after another (each once in the bounded
+form, at random for ``--seconds`` in the full form):
 
 * SIGKILL of a prefork pool child, and of a whole worker (main process and children);
+* a flood: ``Plan.flood`` workflows created at once (hundreds bounded, thousands full), so
+  that many messages queue in the broker;
+* a broker that loses its queue: kill -9 and started again without its data (Redis without
+  its append-only file, RabbitMQ on an empty Mnesia directory), with the flood still queued;
 * every client connection ended from the server side, three times 1.5 s apart
   (``pg_terminate_backend``, MariaDB ``KILL CONNECTION``), with the server staying up;
 * broker restart, and broker kill -9 (then started again);
@@ -30,7 +37,15 @@ ledger (no committed write lost, none doubled: ``chaos_flows.ledger_violations``
 signal (every acknowledged delivery is stored; no parked step with a matching pending signal;
 every finished gate holds its signal), the dashboard's counts equal to SQL's, every workflow
 finished or canceled (anything else is reported as stuck, explained), and the recovery time
-after each fault (from the fault's end to the next step execution that completes).
+after each fault (from the fault's end to the next step execution that completes). And the
+rules over the whole run (``invariants.py``): no concurrency slot ever had more executions in
+progress than its limit (from their started_at..finished_at, and sampled while running), no
+rate window more starts than its limit, each wait went one way (a timed-out execution holds no
+signal, a woken one has no ``timed_out_at``) and timed out on time (within the dispatch
+interval plus SLACK, except while the database was down), each parent's join ran once and
+after its children; and recovery kept up: the steps of every killed process recovered within
+the lease, every message the broker lost resent (its execution started), and housekeeping's
+stuck-scheduled recoveries few (a row waiting in a long queue is not lost).
 
 Run it::
 
@@ -1463,7 +1478,9 @@ class Chaos:
                 exempt_windows=down,
                 exempt_workflows=self.touched,
             )
-            report.join_violations = check_joins(connection, {"ChaosFanOutFlow": "join"})
+            report.join_violations = check_joins(
+                connection, {"ChaosFanOutFlow": "join"}, moved_by_operator=self.touched
+            )
             recovered = list(
                 connection.execute(
                     select(

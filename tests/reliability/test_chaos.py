@@ -4,11 +4,15 @@ Each stack runs on private servers the harness starts itself, so the suite's dat
 only decides in which pass it runs: PostgreSQL + Redis in the PostgreSQL pass, MariaDB +
 RabbitMQ in the MariaDB pass, neither in the SQLite pass (``scripts/test`` runs the suite
 three times; the chaos run must not run three times). Each injects every fault once - pool
-child and worker SIGKILLs, server-side connection cuts, broker restart and kill -9, database
-restart and kill -9, connection exhaustion - while operators act through the dashboard, then
-requires: the invariants hold, the ledger has no lost and no doubled write, no signal was
-lost, the dashboard's counts equal SQL's, no workflow is stuck, and progress resumed after
-every fault (the recovery times are printed, not asserted: timing belongs in bench/).
+child and worker SIGKILLs, server-side connection cuts, a flood of 400 workflows, a broker
+that loses its queue, broker restart and kill -9, database restart and kill -9, connection
+exhaustion - while operators act through the dashboard, then requires: the invariants hold,
+the ledger has no lost and no doubled write, no signal was lost, the dashboard's counts equal
+SQL's, no workflow is stuck, the concurrency and rate limits held at every moment, each wait
+went one way and timed out on time, each join ran once, killed workers' steps were recovered
+within the lease, every lost message was resent, stuck-scheduled recoveries stayed few, and
+progress resumed after every fault (the recovery times are printed, not asserted: timing
+belongs in bench/).
 
 The full form: ``python -m tests.reliability.chaos --stack all --full`` (CONTRIBUTING).
 """
