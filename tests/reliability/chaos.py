@@ -857,7 +857,7 @@ class Plan:
     seed: int = 20261201
     #: At most this many housekeeping recoveries of stuck scheduled rows (the dispatcher
     #: resends every row it sent; housekeeping finds one only while the dispatcher is held up).
-    stuck_scheduled_allowed: int = 10
+    stuck_scheduled_allowed: int = 25
 
     @classmethod
     def bounded(cls) -> Plan:
