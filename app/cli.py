@@ -198,6 +198,12 @@ def _add_archive(commands: Any) -> None:
     archive_parser.add_argument(
         "--batch", type=int, default=500, help="workflows per transaction (default 500)"
     )
+    archive_parser.add_argument(
+        "--trust-unsigned",
+        action="store_true",
+        help="restore files that carry no signature (written without GENEVA_ARCHIVE_KEY); only "
+        "for files you know where they came from",
+    )
     archive_parser.set_defaults(handler=cmd_archive)
 
 
@@ -227,7 +233,10 @@ def cmd_archive(args: argparse.Namespace) -> int:
     try:
         if restoring:
             restored = archive.restore(
-                args.restore, batch=args.batch, session_scope=current.session_scope
+                args.restore,
+                batch=args.batch,
+                session_scope=current.session_scope,
+                trust_unsigned=args.trust_unsigned,
             )
             print(json.dumps(dataclasses.asdict(restored)))
         else:

@@ -23,6 +23,26 @@ The format, one JSON object per line::
 
 Timestamps are ISO 8601 strings with their UTC offset; JSON columns are nested JSON.
 
+**Signed files.** With ``GENEVA_ARCHIVE_KEY`` set (a secret of at least 32 characters that the
+operator keeps, like a database password), the trailer also carries ``"hmac"``: an HMAC-SHA256,
+under that key, of the header line and the trailer's counts and digest. The SHA-256 alone proves
+a file whole, not genuine (anyone who edits a file can recompute it); the HMAC proves it was
+written by a process holding the key. :func:`restore` refuses an unsigned file unless told
+``trust_unsigned`` (``--trust-unsigned``), and a signed one whose HMAC does not match.
+
+**What restore checks, before it inserts anything of a file.** The signature; every line's length
+and the file's inflated size (a small file that inflates to gigabytes is refused, not read); every
+row's columns, types and lengths against the schema; only finished or canceled workflows, only
+executions that are over, only executions and signals of the file's own workflows, no id twice;
+and every execution or signal id that already exists in the database for another workflow. A
+file that fails any check is refused whole with one line saying where and why.
+
+**Where files are written.** The directory must not be writable by other users (one who could
+write there could plant a ``.partial`` symbolic link, and the archive would write elsewhere and
+then delete the rows). Files are created exclusively (``O_EXCL | O_NOFOLLOW``), mode 0600; the
+file read back and verified is the one this process wrote (the same inode), and it is the one
+that takes the final name, before any row is deleted.
+
 :func:`restore` loads such files into a database with the engine's tables (the same or a new
 one): it checks each file's trailer first (a truncated or altered file is refused whole), then
 inserts the rows with their ids, ``batch`` workflows per transaction; a workflow whose id is
@@ -42,9 +62,12 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import hmac
 import json
 import logging
 import os
+import re
+import stat
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -52,18 +75,35 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import Table, bindparam, delete, func, select, text, true, tuple_, update
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Integer,
+    String,
+    Table,
+    bindparam,
+    delete,
+    func,
+    select,
+    text,
+    true,
+    tuple_,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from geneva_drive import counts, db
+from geneva_drive.config import process_variable
 from geneva_drive.dialects import dialect_for
-from geneva_drive.errors import EngineError
+from geneva_drive.errors import ConfigurationError, EngineError
 from geneva_drive.models import (
     TERMINAL_WORKFLOW_PREDICATE,
     Base,
+    JSONType,
     UTCDateTime,
     utcnow,
 )
+from geneva_drive.states import FINAL_STEP_STATES, TERMINAL_WORKFLOW_STATES, SignalState
 
 log = logging.getLogger("geneva_drive.archive")
 
@@ -77,9 +117,51 @@ TABLES = (WORKFLOWS, EXECUTIONS, SIGNALS)
 
 SessionScope = Callable[[], AbstractContextManager[Session]]
 
+#: The setting that holds the signing key.
+KEY_SETTING = "GENEVA_ARCHIVE_KEY"
+MIN_KEY_LENGTH = 32
+#: The longest line a reader accepts: far above any row the engine writes (cursors and signal
+#: payloads are capped at 128 KiB by default), far below what would exhaust memory.
+MAX_LINE_BYTES = 16 * 1024 * 1024
+#: A file may inflate to at most this many times its compressed size (plus MAX_LINE_BYTES): the
+#: engine's JSON compresses about ten times; a gzip bomb compresses a thousand times and more.
+MAX_INFLATION = 100
+#: A workflow type as the engine writes it: a class name, maybe dotted (it becomes a metrics label).
+_TYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,254}")
+_SIGNAL_STATES = frozenset(state.value for state in SignalState)
+
 
 class ArchiveError(EngineError):
     """An archive file could not be written, verified or restored; the message names it."""
+
+
+def archive_key(required: bool = False) -> bytes | None:
+    """The signing key from ``GENEVA_ARCHIVE_KEY``; None when unset (and not ``required``).
+
+    A key shorter than :data:`MIN_KEY_LENGTH` is refused, naming the setting: a short key can be
+    guessed, and a file it signs proves nothing.
+    """
+    raw = process_variable(KEY_SETTING)
+    if not raw:
+        if required:
+            raise ConfigurationError(
+                f"{KEY_SETTING} is not set: the archive files are signed, and restoring needs the "
+                "key that signed them. Set it to the secret your archive job uses (or pass "
+                "--trust-unsigned for files you know were written without one)."
+            )
+        return None
+    if len(raw) < MIN_KEY_LENGTH:
+        raise ConfigurationError(
+            f"{KEY_SETTING} is {len(raw)} characters long; use a secret of at least "
+            f"{MIN_KEY_LENGTH} (e.g. `python -c 'import secrets; print(secrets.token_hex(32))'`)"
+        )
+    return raw.encode()
+
+
+def _signature(key: bytes, header: bytes, trailer: dict[str, Any]) -> str:
+    """The HMAC of a file: its header line, then its trailer's counts and digest."""
+    core = {name: trailer[name] for name in ("workflows", "step_executions", "signals", "sha256")}
+    return hmac.new(key, header + _line(core), hashlib.sha256).hexdigest()
 
 
 @dataclass
@@ -138,25 +220,74 @@ def _line(record: dict[str, Any]) -> bytes:
 
 
 class _Decoder:
-    """A table's archived rows back to the values the engine wrote: ISO strings of its
-    timestamp columns to datetimes; a column the table does not have refused."""
+    """A table's archived rows back to the values the engine wrote, checked against the table:
+    no unknown column, every column without a default present, each value of its column's type
+    and length; ISO strings of its timestamp columns become datetimes."""
 
     def __init__(self, table: Table) -> None:
         self.table = table
-        self.columns = frozenset(table.c.keys())
+        self.columns = {c.key: c for c in table.c}
         self.datetimes = tuple(c.key for c in table.c if isinstance(c.type, UTCDateTime))
+        self.required = frozenset(
+            c.key
+            for c in table.c
+            if not c.nullable and c.default is None and c.server_default is None
+        )
 
     def __call__(self, row: dict[str, Any]) -> dict[str, Any]:
-        unknown = row.keys() - self.columns
+        unknown = row.keys() - self.columns.keys()
         if unknown:
             raise ArchiveError(
                 f"{self.table.name} has no column {min(unknown)!r} (an archive of another version)"
             )
+        missing = self.required - row.keys()
+        if missing:
+            raise ArchiveError(f"{self.table.name} row without {min(missing)!r}")
+        for key, value in row.items():
+            _check_value(self.columns[key], value)
         for key in self.datetimes:
             value = row.get(key)
             if value is not None:
                 row[key] = datetime.fromisoformat(value)
         return row
+
+
+#: The largest id or count a BIGINT column holds.
+_BIGINT = 2**63 - 1
+
+
+def _check_value(column: Column[Any], value: Any) -> None:
+    """Refuse a value its column could not hold, before anything is inserted."""
+    name = f"{column.table.name}.{column.key}"
+    if value is None:
+        if not column.nullable:
+            raise ArchiveError(f"{name} is empty, and the column is required")
+        return
+    kind = column.type
+    if isinstance(kind, UTCDateTime):
+        if not isinstance(value, str) or len(value) > 40:
+            raise ArchiveError(f"{name}: {value!r:.60} is not a timestamp")
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            raise ArchiveError(f"{name}: {value!r:.60} is not a timestamp") from None
+        if parsed.tzinfo is None:
+            raise ArchiveError(f"{name}: {value!r:.60} has no UTC offset")
+    elif isinstance(kind, JSONType):
+        return  # any JSON value (the line parsed)
+    elif isinstance(kind, Boolean):
+        if not isinstance(value, bool):
+            raise ArchiveError(f"{name}: {value!r:.60} is not true or false")
+    elif isinstance(kind, Integer):
+        if isinstance(value, bool) or not isinstance(value, int) or abs(value) > _BIGINT:
+            raise ArchiveError(f"{name}: {value!r:.60} is not a whole number")
+    elif isinstance(kind, String):
+        if not isinstance(value, str):
+            raise ArchiveError(f"{name}: {value!r:.60} is not text")
+        if kind.length is not None and len(value) > kind.length:
+            raise ArchiveError(f"{name} is {len(value)} characters, longer than {kind.length}")
+        if "\x00" in value:
+            raise ArchiveError(f"{name} holds a NUL character")
 
 
 # --- writing -----------------------------------------------------------------------------------
@@ -165,18 +296,20 @@ class _Decoder:
 class _DayFile:
     """One day's file while it is written: counts and a digest of the record lines."""
 
-    def __init__(self, directory: Path, day: date) -> None:
+    def __init__(self, directory: Path, day: date, key: bytes | None) -> None:
         self.day = day
-        self.path = _free_name(directory, day)
+        self.key = key
+        self.path, fd = _create(directory, day)
         self.partial = self.path.with_name(self.path.name + ".partial")
-        self._raw: IO[bytes] = open(self.partial, "wb")  # noqa: SIM115 - closed in finish()
+        self._raw: IO[bytes] = os.fdopen(fd, "w+b")
         # Level 6 (zlib's default) rather than gzip's 9: about twice as fast, a few percent larger.
         self._gzip = gzip.GzipFile(fileobj=self._raw, mode="wb", mtime=0, compresslevel=6)
         self.digest = hashlib.sha256()
         self.counts = dict.fromkeys(TABLES, 0)
         #: workflow id -> (executions, signals) written: checked again before the delete.
         self.sizes: dict[int, tuple[int, int]] = {}
-        self._gzip.write(_line({"format": FORMAT, "version": VERSION, "day": day.isoformat()}))
+        self.header = _line({"format": FORMAT, "version": VERSION, "day": day.isoformat()})
+        self._gzip.write(self.header)
 
     def write(self, table: str, row: dict[str, Any]) -> None:
         line = _line({"table": table, "row": row})
@@ -185,29 +318,41 @@ class _DayFile:
         self._gzip.write(line)
 
     def trailer(self) -> dict[str, Any]:
-        return {
+        trailer: dict[str, Any] = {
             "end": True,
             "workflows": self.counts[WORKFLOWS],
             "step_executions": self.counts[EXECUTIONS],
             "signals": self.counts[SIGNALS],
             "sha256": self.digest.hexdigest(),
         }
+        if self.key is not None:
+            trailer["hmac"] = _signature(self.key, self.header, trailer)
+        return trailer
 
     def finish(self) -> Path:
-        """Close, sync, read back and check; then give the file its final name."""
+        """Close, sync, read back and check the file this process wrote (through its own
+        descriptor, not its name); then give it its final name and check the name is it."""
         trailer = self.trailer()
         self._gzip.write(_line(trailer))
         self._gzip.close()
         self._raw.flush()
         os.fsync(self._raw.fileno())
-        self._raw.close()
-        found = verify(self.partial)
+        self._raw.seek(0)
+        found = _verify_stream(self._raw, self.partial, self.key, os.fstat(self._raw.fileno()))
         if found != trailer:
             raise ArchiveError(
                 f"{self.partial}: read back {found}, wrote {trailer}; nothing was deleted"
             )
+        written = os.fstat(self._raw.fileno())
         os.replace(self.partial, self.path)
         _sync_directory(self.path.parent)
+        named = os.lstat(self.path)
+        self._raw.close()
+        if (named.st_dev, named.st_ino) != (written.st_dev, written.st_ino):
+            raise ArchiveError(
+                f"{self.path} is not the file that was written and verified (replaced in the "
+                "directory meanwhile?); nothing was deleted"
+            )
         return self.path
 
     def abandon(self) -> None:
@@ -216,13 +361,34 @@ class _DayFile:
         self.partial.unlink(missing_ok=True)
 
 
-def _free_name(directory: Path, day: date) -> Path:
-    path = directory / f"geneva-drive-{day.isoformat()}.jsonl.gz"
-    number = 2
-    while path.exists() or path.with_name(path.name + ".partial").exists():
-        path = directory / f"geneva-drive-{day.isoformat()}-{number}.jsonl.gz"
+def _check_directory(directory: Path) -> None:
+    """Refuse a directory other users may write to: one of them could plant a link there."""
+    mode = os.stat(directory).st_mode
+    if mode & stat.S_IWOTH:
+        raise ArchiveError(
+            f"{directory} is writable by other users (mode {stat.filemode(mode)}): one of them "
+            "could plant a link there and have the archive written elsewhere. Make it private "
+            f"(chmod 700 {directory}) or archive to another directory; nothing was written."
+        )
+
+
+def _create(directory: Path, day: date) -> tuple[Path, int]:
+    """A free final name of ``day`` and its ``.partial`` file, created exclusively (never
+    through a link, never over an existing file), mode 0600."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+    flags |= getattr(os, "O_CLOEXEC", 0)
+    number = 1
+    while True:
+        suffix = "" if number == 1 else f"-{number}"
+        path = directory / f"geneva-drive-{day.isoformat()}{suffix}.jsonl.gz"
         number += 1
-    return path
+        if os.path.lexists(path):
+            continue
+        try:
+            fd = os.open(path.with_name(path.name + ".partial"), flags, 0o600)
+        except FileExistsError:
+            continue  # a partial file (or a link) of that name: leave it, take the next
+        return path, fd
 
 
 def _sync_directory(directory: Path) -> None:
@@ -240,28 +406,71 @@ def _sync_directory(directory: Path) -> None:
 _LINE_ENDINGS = {f',"table":"{name}"}}\n'.encode(): name for name in TABLES}
 
 
-def verify(path: Path) -> dict[str, Any]:
+def _lines(stream: gzip.GzipFile, name: Path, compressed: int) -> Iterator[bytes]:
+    """The lines of an inflated archive, each at most MAX_LINE_BYTES, the whole at most
+    MAX_INFLATION times the compressed size: a file crafted to inflate without end (a "gzip
+    bomb") is refused after reading no more than that, never held in memory."""
+    budget = compressed * MAX_INFLATION + MAX_LINE_BYTES
+    total = 0
+    while True:
+        line = stream.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        if len(line) > MAX_LINE_BYTES:
+            raise ArchiveError(
+                f"{name}: a line longer than {MAX_LINE_BYTES // (1024 * 1024)} MiB; not an archive "
+                "this engine wrote"
+            )
+        total += len(line)
+        if total > budget:
+            raise ArchiveError(
+                f"{name} inflates to more than {MAX_INFLATION} times its size; not an archive "
+                "this engine wrote (refused before reading it whole)"
+            )
+        yield line
+
+
+def verify(path: Path, *, key: bytes | None = None, trust_unsigned: bool = True) -> dict[str, Any]:
     """Read ``path`` whole: its trailer, checked against the records it holds.
 
-    Raises :class:`ArchiveError` for a file that is not an archive, is truncated, or whose
-    records do not match its trailer. The record lines are counted by table and hashed, not
-    parsed: the digest matching the trailer's shows they are the lines that were written (and
-    a restore parses each as it loads it).
+    Raises :class:`ArchiveError` for a file that is not an archive, is truncated, whose records
+    do not match its trailer, or (given ``key``) whose signature does not match. An unsigned
+    file passes only with ``trust_unsigned``. The record lines are counted by table and hashed,
+    not parsed: the digest matching the trailer's shows they are the lines that were written
+    (and a restore parses and checks each before it loads anything).
     """
+    try:
+        with open(path, "rb") as raw:
+            return _verify_stream(raw, path, key, os.fstat(raw.fileno()), trust_unsigned)
+    except OSError as error:
+        raise ArchiveError(f"{path} cannot be read: {error}") from error
+
+
+def _verify_stream(
+    raw: IO[bytes],
+    path: Path,
+    key: bytes | None,
+    info: os.stat_result,
+    trust_unsigned: bool = True,
+) -> dict[str, Any]:
     digest = hashlib.sha256()
     found = dict.fromkeys(TABLES, 0)
     trailer: dict[str, Any] | None = None
     endings = tuple(_LINE_ENDINGS.items())
     try:
-        with gzip.open(path, "rb") as stream:
-            header = json.loads(stream.readline() or b"null")
+        with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+            lines = _lines(stream, path, info.st_size)
+            header_line = next(lines, b"null")
+            header = json.loads(header_line)
             if not isinstance(header, dict) or header.get("format") != FORMAT:
                 raise ArchiveError(f"{path} is not a GenevaDrive archive")
-            for line in stream:
+            for line in lines:
                 if trailer is not None:
                     raise ArchiveError(f"{path}: records after the trailer")
                 if line.startswith(b'{"end":'):
                     trailer = json.loads(line)
+                    if not isinstance(trailer, dict):
+                        raise ArchiveError(f"{path}: its trailer is not an object")
                     continue
                 for ending, table in endings:
                     if line.endswith(ending):
@@ -274,28 +483,73 @@ def verify(path: Path) -> dict[str, Any]:
         raise ArchiveError(f"{path} cannot be read: {error}") from error
     if trailer is None:
         raise ArchiveError(f"{path} is truncated (no trailer); it was not written completely")
-    computed = {
+    computed: dict[str, Any] = {
         "end": True,
         "workflows": found[WORKFLOWS],
         "step_executions": found[EXECUTIONS],
         "signals": found[SIGNALS],
         "sha256": digest.hexdigest(),
     }
-    if computed != trailer:
-        raise ArchiveError(f"{path}: its records ({computed}) do not match its trailer ({trailer})")
-    return computed
+    signature = trailer.get("hmac")
+    unsigned = {k: v for k, v in trailer.items() if k != "hmac"}
+    if computed != unsigned:
+        raise ArchiveError(
+            f"{path}: its records ({computed}) do not match its trailer ({unsigned})"
+        )
+    if signature is None:
+        if not trust_unsigned:
+            raise ArchiveError(
+                f"{path} is not signed: anyone could have written it. Restore it only if you "
+                "know where it came from, with --trust-unsigned"
+            )
+        return computed
+    if key is None:
+        if not trust_unsigned:
+            raise ArchiveError(
+                f"{path} is signed, but {KEY_SETTING} is not set: set it to the key that signed "
+                "the archive"
+            )
+        return {**computed, "hmac": signature}
+    expected = _signature(key, header_line, computed)
+    if not isinstance(signature, str) or not hmac.compare_digest(signature, expected):
+        raise ArchiveError(
+            f"{path}: its signature does not match {KEY_SETTING}: the file was altered, or "
+            "signed with another key; nothing of it was restored"
+        )
+    return {**computed, "hmac": signature}
 
 
 def records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(table, decoded row) of every record of an archive file, in file order."""
+    """(table, decoded row) of every record of an archive file, in file order; each row checked
+    against its table's schema (:class:`_Decoder`)."""
+    for _number, table, row in _numbered_records(path):
+        yield table, row
+
+
+def _numbered_records(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
     decoders = {name: _Decoder(table) for name, table in _tables().items()}
-    with gzip.open(path, "rb") as stream:
-        stream.readline()
-        for line in stream:
-            record = json.loads(line)
-            if record.get("end"):
-                return
-            yield record["table"], decoders[record["table"]](record["row"])
+    with open(path, "rb") as raw:
+        size = os.fstat(raw.fileno()).st_size
+        with gzip.GzipFile(fileobj=raw, mode="rb") as stream:
+            lines = _lines(stream, path, size)
+            next(lines, None)
+            for number, line in enumerate(lines, start=2):
+                try:
+                    record = json.loads(line)
+                except ValueError as error:
+                    raise ArchiveError(f"{path}, line {number}: not JSON ({error})") from None
+                if not isinstance(record, dict):
+                    raise ArchiveError(f"{path}, line {number}: not a record")
+                if record.get("end"):
+                    return
+                table = record.get("table")
+                row = record.get("row")
+                if table not in decoders or not isinstance(row, dict):
+                    raise ArchiveError(f"{path}, line {number}: not a row of a known table")
+                try:
+                    yield number, table, decoders[table](row)
+                except ArchiveError as error:
+                    raise ArchiveError(f"{path}, line {number}: {error}") from None
 
 
 def archive(
@@ -313,7 +567,15 @@ def archive(
     """
     scope = session_scope or _default_scope()
     cutoff = (now or utcnow()) - older_than
-    to.mkdir(parents=True, exist_ok=True)
+    key = archive_key()
+    if key is None:
+        log.warning(
+            "archive: %s is not set, so the files are not signed; a restore will need "
+            '--trust-unsigned (docs/MANUAL.md, "Retention and archives")',
+            KEY_SETTING,
+        )
+    to.mkdir(parents=True, exist_ok=True, mode=0o700)
+    _check_directory(to)
     report = ArchiveReport()
     current: _DayFile | None = None
     after: tuple[datetime, int] | None = None
@@ -329,7 +591,7 @@ def archive(
                         _finish_day(scope, current, cutoff, batch, report)
                         current = None
                     if current is None:
-                        current = _DayFile(to, day)
+                        current = _DayFile(to, day, key)
                     _write_workflows(session, current, rows)
                 session.rollback()
         if current is not None:
@@ -457,16 +719,30 @@ def _deleted(session: Session, statement: Any) -> int:
 
 
 def restore(
-    paths: Sequence[Path], *, batch: int = 500, session_scope: SessionScope | None = None
+    paths: Sequence[Path],
+    *,
+    batch: int = 500,
+    session_scope: SessionScope | None = None,
+    trust_unsigned: bool = False,
 ) -> RestoreReport:
-    """Load archive files into the database (see the module docstring)."""
+    """Load archive files into the database (see the module docstring).
+
+    Every file is verified (its signature under ``GENEVA_ARCHIVE_KEY``; an unsigned one only
+    with ``trust_unsigned``) and every row of it checked before anything of it is inserted; a
+    file that fails is refused whole with :class:`ArchiveError`, and the files before it stay
+    restored. Workflows already in the database are skipped with their rows, so a restore that
+    stopped may be run again.
+    """
     scope = session_scope or _default_scope()
+    key = archive_key(required=not trust_unsigned)
     for path in paths:
-        verify(path)  # every file checked before any row goes in
+        # Every file checked before any row goes in.
+        verify(path, key=key, trust_unsigned=trust_unsigned)
     report = RestoreReport()
     #: (child id, parent id, updated_at) of every restored workflow that had a parent: set last.
     links: list[tuple[int, int, datetime]] = []
     for path in paths:
+        _check_rows(scope, path)
         pending: list[tuple[str, dict[str, Any]]] = []
         workflows = 0
         for table, row in records(path):
@@ -490,6 +766,73 @@ def restore(
         dialect_for(session).advance_id_sequences(session, TABLES)
         session.commit()
     return report
+
+
+#: Ids looked up in the database per query while a file is checked.
+_CHECK_BATCH = 1000
+
+
+def _check_rows(scope: SessionScope, path: Path) -> set[int]:
+    """Read ``path`` once and check every row before anything of it is inserted: only finished
+    or canceled workflows with a plausible type, only executions that are over, executions and
+    signals of the file's own workflows only, no id twice, and no execution or signal id that
+    the database holds for another workflow. Returns the ids of the file's workflows already in
+    the database (skipped, with their rows)."""
+    workflows: set[int] = set()
+    owners: dict[str, dict[int, int]] = {EXECUTIONS: {}, SIGNALS: {}}
+    for number, table, row in _numbered_records(path):
+        where = f"{path}, line {number}"
+        if table == WORKFLOWS:
+            if row["id"] in workflows:
+                raise ArchiveError(f"{where}: workflow {row['id']} appears twice")
+            if row["state"] not in TERMINAL_WORKFLOW_STATES:
+                raise ArchiveError(
+                    f"{where}: workflow {row['id']} is {row['state']!r}; an archive holds only "
+                    "finished or canceled workflows"
+                )
+            if not isinstance(row["type"], str) or not _TYPE_NAME.fullmatch(row["type"]):
+                raise ArchiveError(f"{where}: {row['type']!r:.60} is not a workflow class name")
+            workflows.add(row["id"])
+            continue
+        owner = row["workflow_id"]
+        if owner not in workflows:
+            raise ArchiveError(
+                f"{where}: a {table} row of workflow {owner}, which is not (before it) in this "
+                "file; an archive holds the rows of its own workflows only"
+            )
+        if row["id"] in owners[table]:
+            raise ArchiveError(f"{where}: {table} id {row['id']} appears twice")
+        if table == EXECUTIONS and row["state"] not in FINAL_STEP_STATES:
+            raise ArchiveError(
+                f"{where}: execution {row['id']} is {row['state']!r}; an archived execution is over"
+            )
+        if table == SIGNALS and row["state"] not in _SIGNAL_STATES:
+            raise ArchiveError(f"{where}: signal {row['id']} has no known state")
+        owners[table][row["id"]] = owner
+    tables = _tables()
+    with scope() as session:
+        present: set[int] = set()
+        ids = sorted(workflows)
+        w = tables[WORKFLOWS]
+        for start in range(0, len(ids), _CHECK_BATCH):
+            chunk = ids[start : start + _CHECK_BATCH]
+            present.update(session.scalars(select(w.c.id).where(w.c.id.in_(chunk))))
+        for name in (EXECUTIONS, SIGNALS):
+            rows = tables[name]
+            wanted = sorted(i for i, owner in owners[name].items() if owner not in present)
+            for start in range(0, len(wanted), _CHECK_BATCH):
+                chunk = wanted[start : start + _CHECK_BATCH]
+                taken = session.execute(
+                    select(rows.c.id, rows.c.workflow_id).where(rows.c.id.in_(chunk))
+                ).first()
+                if taken is not None:
+                    raise ArchiveError(
+                        f"{path}: {name} id {taken[0]} already exists in the database (for "
+                        f"workflow {taken[1]}); nothing of this file was restored. Restore it "
+                        "into a database without those rows."
+                    )
+        session.rollback()
+    return present
 
 
 def _load(
@@ -570,6 +913,7 @@ __all__ = [
     "ArchiveReport",
     "RestoreReport",
     "archive",
+    "archive_key",
     "parse_age",
     "records",
     "restore",

@@ -239,6 +239,7 @@ PROCESS_VARIABLES = {
     "GENEVA_LOG_LEVEL": "the log level of the geneva-drive command (cli)",
     "GENEVA_BULK_CAP": "the most workflows one CLI bulk action may touch (operator_cli)",
     "GENEVA_METRICS_TOKEN": "the bearer token /metrics requires (dashboard metrics)",
+    "GENEVA_ARCHIVE_KEY": "the secret that signs archive files and that restore checks (archive)",
     "GENEVA_CODE_VERSION": "the code version a worker reports on the Workers page (liveness)",
 }
 

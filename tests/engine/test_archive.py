@@ -25,6 +25,13 @@ from geneva_drive.testing.pytest_plugin import create_test_database
 from tests.engine.helpers import make_order
 
 TABLES = (Workflow.__table__, StepExecution.__table__, Signal.__table__)
+#: The operator's signing key (GENEVA_ARCHIVE_KEY) for every test here.
+KEY = "k" * 16 + "0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def _archive_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GENEVA_ARCHIVE_KEY", KEY)
 
 
 class ArchivedFlow(Workflow):
