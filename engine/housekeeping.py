@@ -140,17 +140,18 @@ class HousekeepingReport:
 #: The lease that keeps two housekeeping runs from overlapping (two beats, a beat and a
 #: ``geneva-drive dispatcher``): a run that finds it held does nothing.
 LEASE_NAME = "housekeeping"
+#: How soon the lease of a run that was killed mid-way lapses (it is renewed every third of it).
+LEASE_DURATION = timedelta(seconds=60)
 
 
 def run(now: datetime | None = None) -> HousekeepingReport:
     """One housekeeping pass; see the module docstring. Returns the counts.
 
     Runs only while no other housekeeping run holds its lease (:data:`LEASE_NAME`); otherwise
-    returns at once with ``skipped_overlapping`` set. A holder that died lets the lease lapse
-    after twice ``housekeeping_interval`` (ten minutes at least).
+    returns at once with ``skipped_overlapping`` set. The lease is renewed while the run goes
+    on; a run killed mid-way lets it lapse within :data:`LEASE_DURATION`.
     """
-    duration = max(2 * settings.housekeeping_interval, timedelta(minutes=10))
-    with liveness.hold_lease(LEASE_NAME, duration) as held:
+    with liveness.hold_lease(LEASE_NAME, LEASE_DURATION) as held:
         if not held:
             log.info("another housekeeping run is in progress; skipping this one")
             return HousekeepingReport(skipped_overlapping=1)

@@ -388,41 +388,65 @@ def hold_lease(name: str, duration: timedelta, holder: str | None = None) -> Ite
     """Hold the named lease for the block if no one else holds it; yields whether it did.
 
     Used so that two housekeeping runs (two beats, a beat and a ``geneva-drive dispatcher``)
-    never overlap. A holder that dies lets it lapse after ``duration``.
+    never overlap. While the block runs, a thread renews the lease every third of ``duration``;
+    a holder that dies (or is killed mid-run) lets it lapse within ``duration``.
     """
-    me = holder or f"{socket.gethostname()[:200]}/{os.getpid()}/{threading.get_ident()}"
+    me = (holder or f"{socket.gethostname()[:200]}/{os.getpid()}/{threading.get_ident()}")[:255]
+    if not _take_lease(name, me, duration):
+        yield False
+        return
+    done = threading.Event()
+
+    def renew() -> None:
+        while not done.wait(duration.total_seconds() / 3):
+            try:
+                with db.transaction() as session:
+                    session.execute(
+                        update(Lease)
+                        .where(Lease.name == name, Lease.holder == me)
+                        .values(expires_at=utcnow() + duration)
+                        .execution_options(synchronize_session=False)
+                    )
+            except Exception as error:
+                log.warning("could not renew lease %s: %s", name, error)
+
+    renewer = threading.Thread(target=renew, name=f"geneva-lease-{name}", daemon=True)
+    renewer.start()
+    try:
+        yield True
+    finally:
+        done.set()
+        renewer.join(5.0)
+        try:
+            with db.transaction() as session:
+                session.execute(
+                    update(Lease)
+                    .where(Lease.name == name, Lease.holder == me)
+                    .values(expires_at=utcnow())
+                    .execution_options(synchronize_session=False)
+                )
+        except Exception as error:
+            log.warning("could not hand back lease %s (it lapses by itself): %s", name, error)
+
+
+def _take_lease(name: str, me: str, duration: timedelta) -> bool:
     now = utcnow()
     with db.transaction() as session:
         db.begin_write(session)
         taken = session.execute(
             update(Lease)
             .where(Lease.name == name, Lease.expires_at <= now)
-            .values(holder=me[:255], expires_at=now + duration)
+            .values(holder=me, expires_at=now + duration)
             .execution_options(synchronize_session=False)
         ).rowcount  # type: ignore[attr-defined]
-    if not taken:
-        try:
-            with db.transaction() as session:
-                session.add(Lease(name=name, holder=me[:255], expires_at=now + duration))
-            taken = 1
-        except IntegrityError:
-            taken = 0  # someone holds it (the row exists and has not lapsed)
-    if not taken:
-        yield False
-        return
+    if taken:
+        return True
     try:
-        yield True
-    finally:
-        try:
-            with db.transaction() as session:
-                session.execute(
-                    update(Lease)
-                    .where(Lease.name == name, Lease.holder == me[:255])
-                    .values(expires_at=utcnow())
-                    .execution_options(synchronize_session=False)
-                )
-        except Exception as error:
-            log.warning("could not hand back lease %s (it lapses by itself): %s", name, error)
+        with db.transaction() as session:
+            session.add(Lease(name=name, holder=me, expires_at=now + duration))
+        return True
+    except IntegrityError:
+        return False  # someone holds it (the row exists and has not lapsed)
 
 
 # --- publishers and the queues the workers consume ---------------------------------------------

@@ -426,3 +426,25 @@ def test_a_housekeeping_run_skips_while_another_holds_the_lease(geneva_session):
     with db.transaction() as session:
         session.merge(Lease(name="housekeeping", holder="dead", expires_at=utcnow()))
     assert housekeeping.run().skipped_overlapping == 0
+
+
+def test_a_held_lease_is_renewed_while_its_run_goes_on_and_lapses_when_its_holder_dies(
+    geneva_session,
+):
+    with liveness.hold_lease("probe", timedelta(seconds=0.3), holder="first") as held:
+        assert held
+        time.sleep(0.7)  # over twice its duration: only the renewals keep it
+        with liveness.hold_lease("probe", timedelta(seconds=0.3), holder="second") as other:
+            assert not other
+    with liveness.hold_lease("probe", timedelta(seconds=0.3), holder="second") as other:
+        assert other  # handed back at the end of the block
+    # A holder killed mid-run renews nothing: its lease lapses after its duration.
+    with db.transaction() as session:
+        session.merge(
+            Lease(name="probe", holder="dead", expires_at=utcnow() + timedelta(seconds=0.3))
+        )
+    with liveness.hold_lease("probe", timedelta(seconds=0.3), holder="third") as other:
+        assert not other
+    time.sleep(0.4)
+    with liveness.hold_lease("probe", timedelta(seconds=0.3), holder="third") as other:
+        assert other

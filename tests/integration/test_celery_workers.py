@@ -13,6 +13,7 @@ import pytest
 
 from geneva_drive import db, housekeeping, settings
 from geneva_drive.models import StepExecution
+from geneva_drive.testing import expire_worker
 from geneva_drive.transport import Message, new_job_id
 from geneva_drive.workflow import Workflow
 from tests.integration.conftest import (
@@ -156,7 +157,7 @@ def test_with_start_with_outcome_on_a_worker_starts_each_successor_in_one_commit
     assert len(_pids(merging_worker.log, workflow_id)) == 1
 
 
-def test_worker_killed_mid_step_is_recovered_by_housekeeping(
+def test_worker_killed_mid_step_is_recovered_once_its_lease_expires(
     worker: Worker, use_transport, restore_settings: None
 ) -> None:
     # Runs last in this module: it kills the module's worker and starts a new one.
@@ -167,10 +168,15 @@ def test_worker_killed_mid_step_is_recovered_by_housekeeping(
     (stuck,) = executions(workflow_id)
     assert stuck.state == "in_progress"
 
+    assert stuck.worker_id is not None  # the start recorded the (now dead) pool process
     settings.stuck_in_progress_threshold = 1
     time.sleep(1.2)
     report = housekeeping.run()
-    assert report.stuck_in_progress_recovered == 1
+    # Past the age threshold, but a worker's step is judged by its lease, not yet expired.
+    assert (report.stuck_in_progress_recovered, report.worker_recoveries) == (0, 0)
+    expire_worker(stuck.worker_id)  # as if worker_lease had passed since the kill
+    report = housekeeping.run()
+    assert report.worker_recoveries == 1
     recovered, retry = executions(workflow_id)
     assert (recovered.state, recovered.outcome) == ("completed", "recovered")
     assert (retry.step_name, retry.state) == ("slow", "scheduled")
