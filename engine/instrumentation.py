@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -83,20 +84,60 @@ def instrument(event: str, payload: dict[str, Any]) -> Iterator[dict[str, Any]]:
 ErrorReporter = Callable[[BaseException, dict[str, Any]], None]
 
 
-def _log_reporter(error: BaseException, context: dict[str, Any]) -> None:
+def _message(error: BaseException) -> str:
     try:
-        text = str(error)
+        return str(error)
     except Exception:  # a broken __str__ must not hide the error itself
-        text = f"<{type(error).__name__} whose str() raised>"
-    log.error(
+        return f"<{type(error).__name__} whose str() raised>"
+
+
+def safe_traceback(error: BaseException, _seen: set[int] | None = None) -> str:
+    """The traceback the logging module would print, with every exception's message escaped
+    to one line (:func:`geneva_drive.logsafe.escape`): the message comes from the step, and so
+    from its input, and a newline in it would print a forged line under the real ones. The
+    frames come from the code's own files; chained causes and contexts are kept."""
+    seen = _seen if _seen is not None else set()
+    seen.add(id(error))
+    parts: list[str] = []
+    cause, context = error.__cause__, error.__context__
+    if cause is not None and id(cause) not in seen:
+        parts.append(safe_traceback(cause, seen))
+        parts.append("\nThe above exception was the direct cause of the following exception:\n\n")
+    elif context is not None and not error.__suppress_context__ and id(context) not in seen:
+        parts.append(safe_traceback(context, seen))
+        parts.append("\nDuring handling of the above exception, another exception occurred:\n\n")
+    if error.__traceback__ is not None:
+        parts.append("Traceback (most recent call last):\n")
+        parts.extend(traceback.format_tb(error.__traceback__))
+    kind = type(error)
+    name = (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
+    parts.append(f"{name}: {escape(_message(error), 2000)}")
+    return "".join(parts)
+
+
+def _log_reporter(error: BaseException, context: dict[str, Any]) -> None:
+    record = log.makeRecord(
+        log.name,
+        logging.ERROR,
+        __file__,
+        0,
         "Step raised %s: %s",
-        type(error).__name__,
         # One line: the message comes from the step (and so from its input); a newline in it
-        # would forge a log line. The traceback below is the formatter's, multi-line by nature.
-        escape(text, 2000),
-        exc_info=(type(error), error, error.__traceback__),
+        # would forge a log line.
+        (type(error).__name__, escape(_message(error), 2000)),
+        (type(error), error, error.__traceback__),
         extra={"geneva_drive": context},
     )
+    # The formatter prints a record's exc_text when it is set, instead of formatting exc_info
+    # itself (which would print the raw message again, newlines and all); handlers that read
+    # exc_info (an error tracker's) still get the exception.
+    record.exc_text = safe_traceback(error)
+    if log.isEnabledFor(logging.ERROR):
+        log.handle(record)
 
 
 _reporter: ErrorReporter = _log_reporter
