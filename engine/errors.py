@@ -11,6 +11,7 @@
     │   └── DatabaseConnectionLostError  the connection died after the step wrote: attempt failed
     ├── CursorTooLargeError          a resumable cursor over settings.max_cursor_size
     ├── SignalPayloadTooLargeError   a signal payload over settings.max_signal_payload_size
+    ├── ReservedSignalNameError      a signal name under ``geneva_drive.`` (also a ValueError)
     ├── WorkflowNotOngoingError      signal() on a finished or canceled workflow
     └── DuplicateWorkflowError       a second ongoing workflow of one class for one hero
 
@@ -79,6 +80,12 @@ class CursorTooLargeError(EngineError):
 
 class SignalPayloadTooLargeError(EngineError):
     pass
+
+
+class ReservedSignalNameError(EngineError, ValueError):
+    """A signal name under ``geneva_drive.``: the engine's own signals (a child's end reaching
+    its parent) cannot be sent from outside, or a parent could be told a child ended that did
+    not."""
 
 
 class WorkflowNotOngoingError(EngineError):

@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm import Session
 
 from geneva_drive import children, scheduling, transitions
-from geneva_drive.errors import WorkflowNotOngoing
+from geneva_drive.errors import ReservedSignalNameError, WorkflowNotOngoing
 from geneva_drive.instrumentation import signal_delivered
 from geneva_drive.models import Signal, StepExecution, utcnow
 from geneva_drive.serialization import check_text, serialize_payload
@@ -169,6 +169,12 @@ def deliver(
     if name is None or str(name).strip() == "":
         raise ValueError("signal() requires a signal name")
     name = _bounded_text(str(name), "signal name")
+    if name.startswith(RESERVED_PREFIX):
+        raise ReservedSignalNameError(
+            f"Signal names starting with {RESERVED_PREFIX!r} are the engine's own (a child's end "
+            f"reaching its parent); {name!r} cannot be sent to workflow {workflow.id}. Use a "
+            "name of your own."
+        )
     key = (
         _bounded_text(str(idempotency_key), "idempotency_key")
         if idempotency_key is not None
@@ -198,6 +204,9 @@ def deliver(
     return signal
 
 
+#: Signal names under this prefix are the engine's (``geneva_drive.child_ended``); never sent
+#: through :func:`deliver`.
+RESERVED_PREFIX = "geneva_drive."
 #: The width of the ``name`` and ``idempotency_key`` columns.
 MAX_NAME_LENGTH = 255
 

@@ -137,6 +137,8 @@ REFUSALS = [
     ("finished", "signals", {"name": "x"}, 409, "Cannot deliver signal"),
     ("ready", "signals", {"name": "x", "payload": "{not json"}, 400, "not valid JSON"),
     ("ready", "signals", {"name": ""}, 400, "A signal needs a Name."),
+    # The engine's own signal (a child's end reaching its parent) cannot be sent from outside.
+    ("ready", "signals", {"name": "geneva_drive.child_ended"}, 400, "cannot be sent to workflow"),
 ]
 
 
