@@ -16,6 +16,7 @@ as a Celery worker's environment would) and ``GENEVA_DATABASE_URL`` (plus
 from __future__ import annotations
 
 import os
+import time
 import sys
 import urllib.request
 from typing import Any
@@ -58,7 +59,10 @@ def main(argv: list[str]) -> int:
             executor.execute(int(execution_id))
         from geneva_drive import housekeeping
 
-        housekeeping.run()  # every worker process runs one pass
+        # Every worker process runs one pass; two passes never overlap (the housekeeping lease),
+        # so a process that finds the other's pass running waits for its turn.
+        while housekeeping.run().skipped_overlapping:
+            time.sleep(0.05)
         print(os.getpid())
         return 0
     if mode == "scrape":
