@@ -16,8 +16,8 @@ as a Celery worker's environment would) and ``GENEVA_DATABASE_URL`` (plus
 from __future__ import annotations
 
 import os
-import time
 import sys
+import time
 import urllib.request
 from typing import Any
 
