@@ -42,3 +42,24 @@ def test_the_cli_refuses_a_queue_no_live_worker_consumes_and_delivers_to_one_tha
     assert delivered.returncode == 0, delivered.stderr
     assert redis.Redis.from_url(REDIS_URL).llen(queue) >= 1
     host_worker.stop()
+
+
+def test_the_standalone_dashboard_refuses_to_start_on_a_queue_no_worker_consumes(
+    demo: dict[str, list[int]],  # noqa: F811
+    cli: Any,  # noqa: F811
+) -> None:
+    import secrets
+    import subprocess
+    import sys
+
+    liveness.register("celery", ["celery"], name="celery@shop/103")
+    started = subprocess.run(
+        [sys.executable, "-c", "import geneva_drive.dashboard.wsgi"],
+        env={**cli.env, "GENEVA_SECRET_KEY": secrets.token_urlsafe(32)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert started.returncode != 0
+    assert "the standalone dashboard" in started.stderr
+    assert "GENEVA_DEFAULT_QUEUE" in started.stderr
