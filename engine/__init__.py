@@ -3,7 +3,7 @@
 Public API (SPEC §2)::
 
     from geneva_drive import (Workflow, step, resumable_step, removed_step, renamed_step,
-                        ExceptionPolicy, ConcurrencyLimit, RateLimit,
+                        ExceptionPolicy, ConcurrencyLimit, RateLimit, Schedule,
                         SignalMatcher, IterableStep, settings, with_inline_enqueue)
 """
 
@@ -11,6 +11,7 @@ from geneva_drive.config import settings
 from geneva_drive.iteration import IterableStep
 from geneva_drive.limits import ConcurrencyLimit, RateLimit
 from geneva_drive.policies import CombinedExceptionPolicy, ExceptionPolicy
+from geneva_drive.recurrence import Schedule
 from geneva_drive.signal_matcher import SignalMatcher
 from geneva_drive.steps import removed_step, renamed_step, resumable_step, step
 from geneva_drive.transport import with_inline_enqueue
@@ -22,6 +23,7 @@ __all__ = [
     "ExceptionPolicy",
     "IterableStep",
     "RateLimit",
+    "Schedule",
     "SignalMatcher",
     "Workflow",
     "register_hero_class",

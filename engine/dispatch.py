@@ -21,7 +21,7 @@ one dispatch interval; the embedded worker, which sends nothing, still runs this
 
 Every sweep also recovers the executions of workers whose lease expired
 (:func:`geneva_drive.liveness.recover_expired`), so a killed worker's steps run again within
-``worker_lease`` plus one interval.
+``worker_lease`` plus one interval, and fires the due schedules (engine/schedules.py).
 
 Entry points: :func:`dispatch_due` (one sweep) and :func:`run_dispatcher` (the loop, with
 housekeeping in a thread beside it), which ``geneva-drive dispatcher``, ``geneva-drive up`` and
@@ -40,7 +40,7 @@ from typing import Any
 from sqlalchemy import Select, and_, or_, select, tuple_
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, liveness, scheduling, timeouts, transitions
+from geneva_drive import db, liveness, schedules, scheduling, timeouts, transitions
 from geneva_drive.config import settings
 from geneva_drive.dialects import dialect_for
 from geneva_drive.housekeeping import run as run_housekeeping
@@ -65,6 +65,7 @@ def dispatch_due(now: datetime | None = None, *, batch_size: int = DISPATCH_BATC
     moment = now or utcnow()
     fire_timeouts(moment, batch_size=batch_size)
     recover_dead_workers(moment)
+    fire_schedules(moment)
     total = 0
     after: tuple[datetime, int] | None = None
     while True:
@@ -166,6 +167,17 @@ def _claim(session: Session, workflow: Workflow, execution: StepExecution, now: 
     # stays unsent, to be found when that time comes.
     if execution.scheduled_for <= now:
         execution.sent_at = now
+
+
+def fire_schedules(now: datetime | None = None) -> int:
+    """The sweep's schedules part (engine/schedules.py): one workflow per due tick. Guarded
+    like the liveness part; returns how many workflows it created."""
+    try:
+        return schedules.fire_due(now).created
+    except Exception as error:
+        log.exception("firing the due schedules failed")
+        report_error(error, {"component": "schedules"})
+        return 0
 
 
 def recover_dead_workers(now: datetime | None = None) -> int:
@@ -370,6 +382,12 @@ def run_dispatcher(
             daemon=True,
         )
         keeper.start()
+    try:
+        # The code's schedules to their rows now, so the first sweep already fires them.
+        schedules.reconcile(force=True)
+    except Exception as error:
+        log.exception("writing the code's schedules failed; the sweeps try again")
+        report_error(error, {"component": "schedules"})
     log.info("dispatcher started")
     while not stop_event.is_set():
         started = time.monotonic()
@@ -379,6 +397,7 @@ def run_dispatcher(
             else:
                 fire_timeouts()
                 recover_dead_workers()
+                fire_schedules()
         except Exception as error:
             log.exception("dispatch sweep failed; retrying next interval")
             report_error(error, {"component": "dispatcher"})

@@ -56,6 +56,9 @@ limit_deferred = _signals.signal("limit_deferred.geneva_drive")
 #: ``execution_id``, ``workflow_id``, ``workflow_class``, ``workflow_type``, ``step_name``,
 #: ``worker_id``, ``worker_name``, ``action`` (``stuck_recovery_action``).
 worker_recovered = _signals.signal("worker_recovered.geneva_drive")
+#: Sent for each tick of a schedule once its transaction committed (engine/schedules.py):
+#: ``schedule`` (the name), ``result`` (``created``, ``skipped_overlap``, ``missed``, ``failed``).
+schedule_ticked = _signals.signal("schedule_ticked.geneva_drive")
 
 EVENTS = {
     "precondition": precondition_evaluated,

@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -69,6 +71,7 @@ ENGINE_TABLE_NAMES = frozenset(
         "geneva_drive_rollup_marks",
         "geneva_drive_workers",
         "geneva_drive_leases",
+        "geneva_drive_schedules",
     }
 )
 
@@ -236,6 +239,10 @@ class StepExecution(TimestampMixin, Base):
     #: The slot a deferred execution waits for (it found no free slot or token at its start);
     #: cleared when it starts. Its place in line is its id.
     deferred_on: Mapped[str | None] = mapped_column(String(255))
+    #: When a limit first held this execution back (its ``scheduled_for`` moves with each
+    #: recheck, so the wait's start is kept here); kept after it starts. NULL: never deferred,
+    #: or deferred before migration 0015 (engine/lateness.py then uses ``created_at``).
+    deferred_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
     #: The worker process that started this execution (``geneva_drive_workers``), written by the
     #: statement that marks it ``in_progress``. While that worker's lease holds, the execution is
     #: never recovered however long it runs; once the lease expires it is recovered at the next
@@ -533,6 +540,54 @@ class Worker(Base):
     @property
     def queue_list(self) -> list[str]:
         return [name for name in self.queues.split(",") if name]
+
+
+class ScheduleRow(Base):
+    """One recurring workflow (engine/recurrence.py defines it, engine/schedules.py fires it):
+    defined in code (``source`` ``code``, written from the registered classes) or at run time
+    (``runtime``, ``Schedule.create``). ``next_fire_at`` is the next tick; each tick is fired
+    under this row's lock, exactly once. A code schedule removed from the code gets
+    ``disabled_at`` and never fires; it is kept, and shown."""
+
+    __tablename__ = "geneva_drive_schedules"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), nullable=False, unique=True)
+    workflow_type: Mapped[str] = mapped_column(String(255), nullable=False)
+    #: A runtime schedule's hero (a code schedule computes its hero at each tick).
+    hero_type: Mapped[str | None] = mapped_column(String(255))
+    hero_id: Mapped[str | None] = mapped_column(String(64))
+    #: Exactly one of the two: a cron expression, or an interval in seconds.
+    cron: Mapped[str | None] = mapped_column(String(255))
+    every_seconds: Mapped[float | None] = mapped_column(Float)
+    timezone: Mapped[str] = mapped_column(String(64), nullable=False, default="UTC")
+    catch_up: Mapped[str] = mapped_column(String(16), nullable=False, default="latest")
+    catch_up_window_seconds: Mapped[float] = mapped_column(Float, nullable=False, default=86400.0)
+    overlap: Mapped[str] = mapped_column(String(16), nullable=False, default="skip")
+    paused: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
+    #: ``code`` or ``runtime``.
+    source: Mapped[str] = mapped_column(String(16), nullable=False)
+    #: The next tick (UTC); ticks of ``every=`` fall at ``anchor_at + k·every``.
+    next_fire_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False, index=True)
+    anchor_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    #: The last tick handled (fired, skipped or missed) and when a workflow was last created.
+    last_tick_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_fired_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_workflow_id: Mapped[int | None] = mapped_column(BigId)
+    #: Ticks by what became of them: a workflow created, skipped (the previous run still
+    #: going, or its creation refused), missed (every dispatcher down; ``catch_up``).
+    ticks_created: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    ticks_skipped: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    ticks_missed: Mapped[int] = mapped_column(BigInteger, nullable=False, default=0)
+    last_skipped_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    last_skip_reason: Mapped[str | None] = mapped_column(String(255))
+    last_missed_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    disabled_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), nullable=False, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(
+        UTCDateTime(), nullable=False, default=utcnow, onupdate=utcnow
+    )
+    __table_args__ = (MYSQL_TABLE_OPTIONS,)
 
 
 class Lease(Base):
@@ -839,6 +894,7 @@ __all__ = [
     "Lease",
     "LimitSlot",
     "OperatorAction",
+    "ScheduleRow",
     "Signal",
     "StepExecution",
     "UTCDateTime",

@@ -238,6 +238,9 @@ class Workflow(TimestampMixin, Base):
     cancel_children: ClassVar[bool] = False
     #: A ``ConcurrencyLimit`` covering each step of the class (SPEC §6.2); inherited.
     concurrency_limit: ClassVar[ConcurrencyLimit | None] = None
+    #: A ``geneva_drive.Schedule``: the dispatcher creates a workflow of this class at each of
+    #: its ticks (docs/MANUAL.md, "Recurring work"). Not inherited: a subclass declares its own.
+    schedule: ClassVar[Any] = None
 
     _step_definitions: ClassVar[list[StepDefinition]] = []
     _cancel_conditions: ClassVar[list[Any]] = []
@@ -327,12 +330,14 @@ class Workflow(TimestampMixin, Base):
         step_job_options: dict[str, Any] | None = None,
         *,
         _parent: Workflow | None = None,
+        _metadata: dict[str, Any] | None = None,
     ) -> Self:
         """Insert the workflow and schedule its first step (flushed, not committed).
 
         Raises DuplicateWorkflowError when an ongoing workflow of this class already exists for
         ``hero`` (pass ``allow_multiple=True`` to allow several). ``_parent`` is
-        ``start_child``'s (engine/children.py).
+        ``start_child``'s (engine/children.py); ``_metadata`` goes into the row's metadata with
+        the INSERT (a schedule's name and tick, engine/schedules.py).
         """
         if cls is Workflow or not registry.is_registered(cls):
             raise TypeError(
@@ -347,6 +352,8 @@ class Workflow(TimestampMixin, Base):
         workflow.hero = hero
         if step_job_options:
             workflow.step_job_options = step_job_options
+        if _metadata:
+            workflow.metadata_ = {**(workflow.metadata_ or {}), **_metadata}
         if not allow_multiple:
             existing = session.scalars(
                 select(Workflow.id)
@@ -731,6 +738,9 @@ def _assemble_dsl(cls: type[Workflow]) -> None:
     if "concurrency_limit" in own:
         check_class_limit(cls.__name__, own["concurrency_limit"])
 
+    if own.get("schedule") is not None:
+        _check_schedule(cls, own["schedule"])
+
     cls._step_aliases = dict(cls._step_aliases)
     specs = [(attr, value) for attr, value in own.items() if isinstance(value, StepSpec)]
     renamed = [(attr, spec) for attr, spec in specs if spec.renamed_to is not None]
@@ -818,6 +828,28 @@ def _register(
 
 
 # --- heroes -------------------------------------------------------------------------------
+
+
+def _check_schedule(cls: builtins.type[Workflow], schedule: Any) -> None:
+    """A class's ``schedule``: a valid ``geneva_drive.Schedule``, named after the class unless
+    it says otherwise (engine/recurrence.py checks the definition itself)."""
+    if not (hasattr(schedule, "validate") and hasattr(schedule, "ticks_after")):
+        raise StepConfigurationError(
+            f"{cls.__name__}.schedule is {schedule!r}; use geneva_drive.Schedule(cron=...) or "
+            "Schedule(every=...)"
+        )
+    try:
+        schedule.validate()
+    except ValueError as error:
+        raise StepConfigurationError(f"{cls.__name__}.schedule: {error}") from None
+    if schedule.workflow is not None and schedule.workflow is not cls:
+        raise StepConfigurationError(
+            f"{cls.__name__}.schedule is the Schedule of {schedule.workflow.__name__}; give each "
+            "class a Schedule of its own"
+        )
+    schedule.workflow = cls
+    if schedule.name is None:
+        schedule.name = cls.workflow_name
 
 
 def hero_key(hero: Any) -> tuple[str, str]:

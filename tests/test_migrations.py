@@ -30,6 +30,7 @@ ENGINE_TABLES = {
     "geneva_drive_rollup_marks",
     "geneva_drive_workers",
     "geneva_drive_leases",
+    "geneva_drive_schedules",
 }
 
 

@@ -28,6 +28,7 @@ __all__ = [
     "assert_workflow_state",
     "expire_wait",
     "expire_worker",
+    "fire_schedules",
     "perform_next_step",
     "perform_step_inline",
     "run_iterations",
@@ -384,3 +385,12 @@ def expire_worker(worker_id: int) -> None:
         ).rowcount  # type: ignore[attr-defined]
     if not found:
         raise LookupError(f"no worker #{worker_id} in geneva_drive_workers")
+
+
+def fire_schedules(now: Any = None) -> Any:
+    """Fire every schedule due at ``now`` (default: the clock), as a dispatcher sweep does;
+    returns the :class:`geneva_drive.schedules.FireReport`. Commits in transactions of its own
+    (commit the test's session first)."""
+    from geneva_drive import schedules
+
+    return schedules.fire_due(now)
