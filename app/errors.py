@@ -10,15 +10,17 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from flask import Blueprint, Flask
+from flask import Blueprint, Flask, request
+from flask.globals import request_ctx
 from markupsafe import escape
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, SecurityError
 
 from geneva_drive.dashboard import security
 from geneva_drive.dashboard.extensions import db
 from geneva_drive.dashboard.htmx import is_htmx
 from geneva_drive.dashboard.rendering import render_template
 from geneva_drive.errors import EngineError
+from geneva_drive.logsafe import escape as log_escape
 
 # The refusal kinds and their status live with the operator actions in the engine, where the
 # CLI uses them too.
@@ -44,6 +46,9 @@ def _render_error(status: int, title: str, message: str) -> Any:
     if is_htmx():
         # The toast script shows this text; a whole page would be swapped into a fragment.
         return message, status, {"Content-Type": "text/plain; charset=utf-8"}
+    if request_ctx.url_adapter is None:
+        # Refused before routing (an untrusted Host): the templates' url_for cannot work.
+        return minimal_page(status, title, message), status
     try:
         page = render_template("error.html", status=status, title=title, message=message)
     except Exception:
@@ -58,6 +63,17 @@ def register(target: Flask | Blueprint) -> None:
 
     @target.errorhandler(HTTPException)
     def _http_error(error: HTTPException) -> Any:
+        if isinstance(error, SecurityError):
+            # A Host outside GENEVA_TRUSTED_HOSTS: anyone can send these by the thousand, so
+            # one line each and the page that needs nothing (no template, no url_for).
+            log.warning(
+                "Refused %s %s for the untrusted Host %s from %s",
+                request.method,
+                log_escape(request.path, 300),
+                log_escape(request.environ.get("HTTP_HOST", ""), 300),
+                log_escape(request.remote_addr or "?", 60),
+            )
+            return minimal_page(400, "Bad Request", "This host name is not served here."), 400
         if isinstance(target, Blueprint):  # the dashboard's own pages (a host's are its own)
             security.audit_refusal(error.code or 500, error.description or error.name)
         return _render_error(
