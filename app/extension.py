@@ -75,12 +75,15 @@ class FlaskLoginUsers:
         user = current_user
         if user is None or not getattr(user, "is_authenticated", False):
             return None
-        role = self.role_for(user)
         user_id = str(user.get_id())
         if self.actor_name is not None:
             name = str(self.actor_name(user))
         else:
             name = str(getattr(user, "name", None) or user_id)
+        # Known before the role is: a refusal (no role, an unknown one) is audited under the
+        # same actor as this user's allowed actions, not as an anonymous visitor.
+        security.note_refused_actor(f"host:{user_id} {name}")
+        role = self.role_for(user)
         if role is None:
             abort(403, description=f"{name} may not use the workflow dashboard.")
         return DashboardUser(name, role, user_id=user_id)

@@ -129,10 +129,19 @@ def _refusal_kind(status: int) -> str | None:
     return None
 
 
+def note_refused_actor(actor: str) -> None:
+    """Who a refusal of this request is recorded under when no dashboard user was made: a host
+    user refused by role is known (``host:<id> <name>``, the form of their allowed actions)."""
+    g.geneva_refused_actor = actor
+
+
 def _refusing_actor() -> str:
     from geneva_drive.dashboard import auth
 
     user = g.get("user")
+    noted: str | None = g.get("geneva_refused_actor")
+    if user is None and noted is not None:  # a host user refused by role
+        return noted
     if user is None:  # refused before auth ran (CSRF): who the session says, if anyone
         try:
             user = auth._load_user()
