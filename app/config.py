@@ -13,7 +13,10 @@ with hashes made by ``werkzeug.security.generate_password_hash``.
 
 from __future__ import annotations
 
+import math
 import secrets
+import string
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,15 +30,18 @@ __all__ = [
     "check_host_secret_key",
     "check_secret_key",
     "for_host",
+    "key_strength_bits",
     "load",
 ]
 
 #: A key published in this repository's history: sessions signed with it are forgeable (and so
 #: is their CSRF token, which lives in the session), so it is refused like no key at all.
 DEV_SECRET_KEY = "dev-only-change-me"
-#: Keys published in documentation and examples (this project's and Flask's tutorials'): a
-#: session signed with one is forgeable by anyone who read them. Shorter ones are refused by
-#: length anyway; listed so that the message says what is wrong.
+#: Keys published in documentation and examples (this project's, Flask's and well-known
+#: tutorials'): a session signed with one is forgeable by anyone who read them. Compared as
+#: :func:`_published_form` writes them (case, spaces, punctuation and quotes aside), so
+#: ``You will never guess`` is ``you-will-never-guess``. Short ones are refused by length anyway;
+#: listed so that the message says what is wrong.
 PUBLIC_SECRET_KEYS = frozenset(
     {
         DEV_SECRET_KEY,
@@ -51,10 +57,33 @@ PUBLIC_SECRET_KEYS = frozenset(
         "your-secret-key-here",
         "super-secret-key",
         "supersecretkey",
+        # Flask's quickstart (``app.secret_key = b'_5#y2L"F4Q8z\n\xec]/'``): as bytes or text,
+        # and as copied into an environment variable with its escapes still written out.
+        '_5#y2L"F4Q8z\n\xec]/',
+        '_5#y2L"F4Q8z\\n\\xec]/',
+        # The key Flask's quickstart prints as an example of secrets.token_hex().
+        "192b9bdd22ab9ed4d12e236c78afcb9a393ec15f71bbf5dc987d54727823bcbf",
+        # Flask's early sessions example.
+        "A0Zr98j/3yX R~XHH!jmN]LWX/,?RT",
+        # Flask's tutorial (flaskr) and the Mega-Tutorial's and Flask Web Development's.
+        "development key",
+        "you-will-never-guess",
+        "hard to guess string",
+        "super secret key",
+        "secret key",
+        "secret_key",
+        "my-secret-key",
+        "mysecretkey",
+        "keyboard cat",
+        "replace-me",
+        "insecure",
     }
 )
 #: Shortest secret key accepted: a key short enough to guess signs sessions anyone can forge.
 MIN_SECRET_KEY_LENGTH = 16
+#: Fewest bits a key must carry by :func:`key_strength_bits`' estimate: ``"a" * 32`` is long
+#: and still guessed at once. ``secrets.token_urlsafe(32)`` carries about 200.
+MIN_SECRET_KEY_BITS = 64
 HOW_TO_MAKE_A_KEY = (
     "Set GENEVA_SECRET_KEY to a long random value, the same for every process of the "
     "dashboard, e.g. the output of: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
@@ -177,18 +206,98 @@ def trusted_hosts(value: Any) -> list[str] | None:
     return hosts
 
 
+def _key_text(key: str | bytes) -> str:
+    """The key as text, one character per byte for bytes (``os.urandom`` keys are not UTF-8)."""
+    return key.decode("latin-1") if isinstance(key, bytes) else key
+
+
+def _published_form(text: str) -> str:
+    """``text`` compared with :data:`PUBLIC_SECRET_KEYS`: without surrounding quotes (or the
+    ``b'...'`` of a bytes literal), lowercase, letters and digits only."""
+    text = text.strip()
+    if len(text) >= 3 and text[0] == "b" and text[1] in "'\"" and text[-1] == text[1]:
+        text = text[1:]
+    if len(text) >= 2 and text[0] in "'\"" and text[-1] == text[0]:
+        text = text[1:-1]
+    return "".join(char for char in text.lower() if char.isalnum())
+
+
+_PUBLISHED_FORMS = frozenset(_published_form(key) for key in PUBLIC_SECRET_KEYS) - {""}
+
+#: Character classes and how many characters each holds, for :func:`key_strength_bits`.
+_CLASSES = (
+    (frozenset(string.ascii_lowercase), 26),
+    (frozenset(string.ascii_uppercase), 26),
+    (frozenset(string.digits), 10),
+    (frozenset(string.punctuation + " "), 33),
+)
+#: What any other character (non-ASCII, control, a raw byte) adds to the pool.
+_OTHER_CLASS = 128
+
+
+def _repeated_unit(text: str) -> str:
+    """The shortest prefix that ``text`` repeats (``"abcabcab"`` -> ``"abc"``), else ``text``."""
+    for period in range(1, len(text) // 2 + 1):
+        if text[period:] == text[:-period]:
+            return text[:period]
+    return text
+
+
+def key_strength_bits(key: str | bytes) -> float:
+    """An estimate of the bits a key carries, for refusing plainly weak ones (not a proof of
+    strength: a long passphrase of words can score well and still be in a wordlist).
+
+    A key that repeats a shorter one counts as that one; a character that continues a run
+    (``aaa``, ``abc``, ``321``) counts for nothing. Each remaining character is worth the
+    bits of its character classes' pool (lowercase 26, uppercase 26, digits 10, punctuation and
+    space 33, anything else 128), scaled down by how unevenly the characters are used (their
+    Shannon entropy against the most the key's length and pool allow).
+    """
+    unit = _repeated_unit(_key_text(key))
+    kept = [
+        char
+        for i, char in enumerate(unit)
+        if i < 2
+        or not (
+            ord(char) - ord(unit[i - 1]) == ord(unit[i - 1]) - ord(unit[i - 2])
+            and abs(ord(char) - ord(unit[i - 1])) <= 1
+        )
+    ]
+    count = len(kept)
+    if count < 2:
+        return 0.0
+    present = set(kept)
+    pool = sum(size for members, size in _CLASSES if present & members)
+    if any(not any(char in members for members, _ in _CLASSES) for char in present):
+        pool += _OTHER_CLASS
+    spread = -sum(n / count * math.log2(n / count) for n in Counter(kept).values())
+    evenness = min(1.0, spread / math.log2(min(pool, count)))
+    return count * math.log2(pool) * evenness
+
+
 def secret_key_problem(key: Any, setting: str = "GENEVA_SECRET_KEY") -> str | None:
     """Why ``key`` cannot sign sessions, or None when it can (``setting`` names where it is
-    set: ``GENEVA_SECRET_KEY`` for the standalone dashboard, the host's ``SECRET_KEY``)."""
+    set: ``GENEVA_SECRET_KEY`` for the standalone dashboard, the host's ``SECRET_KEY``).
+
+    Refused: no key, a key published in documentation (:data:`PUBLIC_SECRET_KEYS`), one shorter
+    than :data:`MIN_SECRET_KEY_LENGTH`, and one whose :func:`key_strength_bits` estimate is
+    below :data:`MIN_SECRET_KEY_BITS` (repeated or patterned characters)."""
     if not key:
         return f"{setting} is not set"
     if not isinstance(key, str | bytes):
         return f"{setting} must be a string"
-    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
-    if text.strip().lower() in PUBLIC_SECRET_KEYS:
+    text = _key_text(key)
+    if _published_form(text) in _PUBLISHED_FORMS:
         return f"{setting} is a published example key ({text!r}): anyone can forge its sessions"
     if len(key) < MIN_SECRET_KEY_LENGTH:
         return f"{setting} is shorter than {MIN_SECRET_KEY_LENGTH} characters"
+    bits = key_strength_bits(key)
+    if bits < MIN_SECRET_KEY_BITS:
+        return (
+            f"{setting} is too predictable to sign sessions: its characters carry about "
+            f"{bits:.0f} bits, fewer than the {MIN_SECRET_KEY_BITS} required (repeated, "
+            "sequential or few distinct characters)"
+        )
     return None
 
 
