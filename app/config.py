@@ -103,6 +103,9 @@ DEFAULTS: dict[str, Any] = {
     #: ``/metrics`` without a bearer token: only when set (1/true); otherwise it needs
     #: ``METRICS_TOKEN`` (``GENEVA_METRICS_TOKEN``) and answers 401 while none is set.
     "METRICS_PUBLIC": False,
+    #: Wrong ``/metrics`` tokens allowed per client address within LOGIN_WINDOW_SECONDS; after
+    #: that the address gets 429 for a while (the login's backoff; see app.ratelimit).
+    "METRICS_MAX_FAILURES": 10,
     #: Paths served without a login (liveness probes and Prometheus scrapes).
     "PUBLIC_PATHS": ("/healthz", "/metrics", "/static/", "/login"),
     #: Rows per page on lists (keyset pages; never an OFFSET).

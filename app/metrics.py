@@ -10,8 +10,14 @@ It requires ``Authorization: Bearer <token>`` with ``GENEVA_METRICS_TOKEN`` (the
 explicitly with ``GENEVA_METRICS_PUBLIC=1`` (``METRICS_PUBLIC``). That holds in demo mode and
 under a host's prefix too: the counts are not secrets, but workflow class and step names, error
 rates and queue depths are a map of the business, and a page of another site in the operator's
-browser could read them through a rebinding ``Host``. Both settings at once, or a
-``METRICS_PUBLIC`` that is not a yes/no, refuse to start naming the setting.
+browser could read them through a rebinding ``Host``. Both settings at once, a
+``METRICS_PUBLIC`` that is not a yes/no, or a token shorter than
+:data:`MIN_METRICS_TOKEN_LENGTH`, refuse to start naming the setting.
+
+Wrong tokens are throttled per client address (:class:`~geneva_drive.dashboard.ratelimit.
+TokenThrottle`): after ``METRICS_MAX_FAILURES`` (``GENEVA_METRICS_MAX_FAILURES``, default 10)
+within ``LOGIN_WINDOW_SECONDS``, that address gets 429 with ``Retry-After`` for a while, its
+token not even compared; an address that presented the right token keeps being served.
 """
 
 from __future__ import annotations
@@ -26,12 +32,20 @@ from prometheus_client.exposition import choose_encoder
 from geneva_drive import metrics as engine_metrics
 from geneva_drive import prometheus
 from geneva_drive.config import process_variable
+from geneva_drive.dashboard.ratelimit import Limits, TokenThrottle
 from geneva_drive.dashboard.state import dashboard_config, state
 from geneva_drive.errors import ConfigurationError
 
 bp = Blueprint("metrics", __name__)
 
 _REGISTRY_KEY = "geneva_drive.metrics_registry"
+#: Where the app's :class:`TokenThrottle` lives (``app.extensions``).
+THROTTLE_KEY = "geneva_drive.metrics_throttle"
+#: Shortest ``GENEVA_METRICS_TOKEN`` accepted: a bearer token is a password sent on every
+#: scrape, and a short one is guessed.
+MIN_METRICS_TOKEN_LENGTH = 16
+#: Wrong tokens one address may send within the window before it waits.
+DEFAULT_MAX_FAILURES = 10
 
 
 def init_app(app: Flask) -> None:
@@ -46,11 +60,24 @@ def init_app(app: Flask) -> None:
             "GENEVA_METRICS_PUBLIC=1 and GENEVA_METRICS_TOKEN are both set: /metrics is either "
             "open to anyone or behind the token. Unset one of them."
         )
+    check_token(_token_of(settings))
     prometheus.install()
     cache_seconds = state(app).config.get("METRICS_CACHE_SECONDS")
     if cache_seconds is not None:
         engine_metrics.configure_cache(max_age=float(cache_seconds))
     app.extensions[_REGISTRY_KEY] = prometheus.exposition_registry(database=True)
+    app.extensions[THROTTLE_KEY] = TokenThrottle()
+
+
+def check_token(token: str | None) -> None:
+    """Refuse a token shorter than :data:`MIN_METRICS_TOKEN_LENGTH` (naming the setting, never
+    echoing the token)."""
+    if token is not None and len(token) < MIN_METRICS_TOKEN_LENGTH:
+        raise ConfigurationError(
+            f"GENEVA_METRICS_TOKEN is shorter than {MIN_METRICS_TOKEN_LENGTH} characters: a "
+            "scraper's bearer token that short is guessed. Set it to a long random value, e.g. "
+            "the output of: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+        )
 
 
 _YES = frozenset({"1", "true", "yes", "on"})
@@ -93,25 +120,45 @@ def _authorized(token: str) -> bool:
     return hmac.compare_digest(given.strip().encode(), token.encode())
 
 
+def _limits() -> Limits:
+    settings = dashboard_config()
+    return Limits(
+        pair=int(settings.get("METRICS_MAX_FAILURES") or DEFAULT_MAX_FAILURES),
+        window=float(settings.get("LOGIN_WINDOW_SECONDS") or 300),
+        backoff=float(settings.get("LOGIN_BACKOFF_SECONDS") or 2),
+    )
+
+
+def _refused(message: str, status: int = 401, retry_after: int = 0) -> Response:
+    headers = {"Retry-After": str(retry_after)} if retry_after else {}
+    if status == 401:
+        headers["WWW-Authenticate"] = 'Bearer realm="metrics"'
+    return Response(message, status=status, mimetype="text/plain", headers=headers)
+
+
 @bp.get("/metrics")
 def metrics() -> Response:
     token = _configured_token()
     if token is None and not metrics_public(dashboard_config()):
-        return Response(
+        return _refused(
             "/metrics needs a bearer token: set GENEVA_METRICS_TOKEN and give it to the "
             "scraper (Prometheus: authorization: {credentials: ...}), or open it to anyone "
-            "with GENEVA_METRICS_PUBLIC=1.\n",
-            status=401,
-            mimetype="text/plain",
-            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
+            "with GENEVA_METRICS_PUBLIC=1.\n"
         )
-    if token is not None and not _authorized(token):
-        return Response(
-            "A bearer token is required to read /metrics.\n",
-            status=401,
-            mimetype="text/plain",
-            headers={"WWW-Authenticate": 'Bearer realm="metrics"'},
-        )
+    if token is not None:
+        throttle: TokenThrottle = current_app.extensions[THROTTLE_KEY]
+        address, limits = request.remote_addr, _limits()
+        wait = throttle.retry_after(address, limits)
+        if wait:
+            # Not compared while it waits: a right guess now would tell the guesser nothing.
+            return _refused(
+                "Too many wrong tokens for /metrics; try again later.\n", 429, retry_after=wait
+            )
+        if not _authorized(token):
+            if "Authorization" in request.headers:  # a guess; a missing token is not one
+                throttle.failed(address, limits)
+            return _refused("A bearer token is required to read /metrics.\n")
+        throttle.succeeded(address)
     registry: CollectorRegistry = current_app.extensions[_REGISTRY_KEY]
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     response = Response(encoder(registry), status=200, content_type=content_type)

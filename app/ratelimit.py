@@ -36,6 +36,9 @@ spray of fresh names (one failure each) cannot push a victim's block or count ou
 
 The counters live in process memory: each worker process of a multi-process server counts on
 its own, so the effective limits are the configured ones times the number of processes.
+
+The same counters, keyed by client address alone, throttle wrong ``/metrics`` bearer tokens
+(:class:`TokenThrottle`).
 """
 
 from __future__ import annotations
@@ -237,3 +240,57 @@ class FailureLimiter:
 
         for key, _stamps in sorted(self._failures.items(), key=rank)[:excess]:
             del self._failures[key]
+
+
+# --- bearer tokens (/metrics) ---------------------------------------------------------------------
+
+#: Seconds an address that presented the right token stays exempt from its throttle.
+KNOWN_TOKEN_ADDRESS_SECONDS = 24 * 3600.0
+
+
+class TokenThrottle:
+    """Wrong bearer tokens counted per client address, with the login throttle's backoff.
+
+    After ``limits.pair`` wrong tokens from one address within the window, that address waits
+    (``limits.backoff``, doubling per further failure, up to the window) and is answered 429
+    without its token being compared, so guessing gains nothing. A missing token is not a guess
+    and is not counted. An address that presented the right token within
+    :data:`KNOWN_TOKEN_ADDRESS_SECONDS` is not throttled: a scraper behind the same proxy as a
+    guesser keeps scraping (the guesser there meets the token's length instead). Memory is
+    bounded as :class:`FailureLimiter`'s is; counts are per process.
+    """
+
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, max_keys: int = DEFAULT_MAX_KEYS
+    ) -> None:
+        self.clock = clock
+        self._failures = FailureLimiter(lambda: self.clock(), max_keys)
+        self._lock = threading.Lock()
+        #: address -> when it last presented the right token (insertion-ordered: oldest first).
+        self._known: dict[str, float] = {}
+
+    @staticmethod
+    def _key(address: str | None) -> str:
+        return f"token:{address or '?'}"
+
+    def _is_known(self, address: str | None, now: float) -> bool:
+        seen = self._known.get(address or "?")
+        return seen is not None and now - seen < KNOWN_TOKEN_ADDRESS_SECONDS
+
+    def retry_after(self, address: str | None, limits: Limits) -> int:
+        """Whole seconds ``address`` must wait before its token is compared again (0: now)."""
+        with self._lock:
+            if self._is_known(address, self.clock()):
+                return 0
+        return self._failures.retry_after([self._key(address)], limits)
+
+    def failed(self, address: str | None, limits: Limits) -> None:
+        self._failures.fail([self._key(address)], limits)
+
+    def succeeded(self, address: str | None) -> None:
+        with self._lock:
+            name = address or "?"
+            self._known.pop(name, None)
+            self._known[name] = self.clock()
+            while len(self._known) > self._failures.max_keys:
+                del self._known[next(iter(self._known))]

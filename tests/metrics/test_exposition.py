@@ -154,7 +154,7 @@ def test_token_from_the_environment(geneva_database, geneva_session, monkeypatch
     from geneva_drive.dashboard import create_app
     from geneva_drive.dashboard.extensions import db
 
-    monkeypatch.setenv("GENEVA_METRICS_TOKEN", "12345")  # JSON-parsed to an int by Flask
+    monkeypatch.setenv("GENEVA_METRICS_TOKEN", "1234567890123456")  # JSON-parsed to an int
     options: dict[str, object] = {}
     if geneva_database.schema is not None:
         options = {"connect_args": {"options": f"-csearch_path={geneva_database.schema}"}}
@@ -168,7 +168,10 @@ def test_token_from_the_environment(geneva_database, geneva_session, monkeypatch
     try:
         client = flask_app.test_client()
         assert client.get("/metrics").status_code == 401
-        assert client.get("/metrics", headers={"Authorization": "Bearer 12345"}).status_code == 200
+        assert (
+            client.get("/metrics", headers={"Authorization": "Bearer 1234567890123456"}).status_code
+            == 200
+        )
     finally:
         with flask_app.app_context():
             db.engine.dispose()
