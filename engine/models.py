@@ -19,7 +19,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     DateTime,
-    Float,
+    Double,
     ForeignKey,
     Index,
     Integer,
@@ -559,10 +559,10 @@ class ScheduleRow(Base):
     hero_id: Mapped[str | None] = mapped_column(String(64))
     #: Exactly one of the two: a cron expression, or an interval in seconds.
     cron: Mapped[str | None] = mapped_column(String(255))
-    every_seconds: Mapped[float | None] = mapped_column(Float)
+    every_seconds: Mapped[float | None] = mapped_column(Double)
     timezone: Mapped[str] = mapped_column(String(64), nullable=False, default="UTC")
     catch_up: Mapped[str] = mapped_column(String(16), nullable=False, default="latest")
-    catch_up_window_seconds: Mapped[float] = mapped_column(Float, nullable=False, default=86400.0)
+    catch_up_window_seconds: Mapped[float] = mapped_column(Double, nullable=False, default=86400.0)
     overlap: Mapped[str] = mapped_column(String(16), nullable=False, default="skip")
     paused: Mapped[bool] = mapped_column(Boolean, nullable=False, default=False)
     #: ``code`` or ``runtime``.
