@@ -64,7 +64,7 @@ def dispatch_due(now: datetime | None = None, *, batch_size: int = DISPATCH_BATC
     """
     moment = now or utcnow()
     fire_timeouts(moment, batch_size=batch_size)
-    recover_dead_workers(moment)
+    recover_dead_workers()  # by the heartbeats' own clock, whatever ``now`` says
     fire_schedules(moment)
     total = 0
     after: tuple[datetime, int] | None = None

@@ -164,8 +164,10 @@ def _run(now: datetime | None) -> HousekeepingReport:
     _guarded("cleanup", lambda: cleanup(moment, report))
 
     def workers() -> None:
-        report.worker_recoveries = liveness.recover_expired(None, moment)
-        liveness.prune(moment)
+        # Leases are judged by the clock the heartbeats are written with, never by a ``now``
+        # handed in (a catch-up run, a test's "a month later" would expire every live worker).
+        report.worker_recoveries = liveness.recover_expired()
+        liveness.prune()
 
     _guarded("expired workers' recovery", workers)
 

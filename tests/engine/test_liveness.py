@@ -448,3 +448,23 @@ def test_a_held_lease_is_renewed_while_its_run_goes_on_and_lapses_when_its_holde
     time.sleep(0.4)
     with liveness.hold_lease("probe", timedelta(seconds=0.3), holder="third") as other:
         assert other
+
+
+def test_a_run_handed_a_later_now_judges_leases_by_the_real_clock(geneva_session, worker):
+    """Housekeeping or a sweep run "a month later" (a catch-up, a test) must not take every
+    live worker for dead: leases are judged by the clock heartbeats are written with."""
+    workflow = _create(geneva_session)
+    seen: list[tuple[int, int]] = []
+
+    def a_month_later(wf: Any) -> None:
+        worker.beat()
+        later = utcnow() + timedelta(days=31)
+        report = housekeeping.run(now=later)
+        dispatch.dispatch_due(later)
+        seen.append((report.worker_recoveries, report.stuck_in_progress_recovered))
+
+    during.append(a_month_later)
+    executor.execute(_current(geneva_session, workflow).id)
+    assert seen == [(0, 0)]
+    assert _summary(geneva_session, workflow)[0] == ("work", "completed", "success")
+    assert _worker_row(worker.worker_id).stopped_at is None  # not pruned either
