@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from geneva_drive import children, lateness, states
+from geneva_drive import children, lateness, limits, states
 from geneva_drive.dashboard import queries
 from geneva_drive.dashboard.formatting import duration
 from geneva_drive.dashboard.queries import is_stranded_step
@@ -201,7 +201,12 @@ def _current_by_workflow(session: Session, ids: list[int]) -> dict[int, StepExec
     return found
 
 
-def _badges(workflow: Workflow, current: StepExecution | None, now: datetime) -> list[Badge]:
+def _badges(
+    workflow: Workflow,
+    current: StepExecution | None,
+    now: datetime,
+    usual: timedelta | None = None,
+) -> list[Badge]:
     badges = [state_badge(workflow.state)]
     if workflow.state == states.WorkflowState.PAUSED and is_stranded_step(
         workflow.type, workflow.next_step_name
@@ -213,13 +218,26 @@ def _badges(workflow: Workflow, current: StepExecution | None, now: datetime) ->
         badges.append(Badge("waiting", "wait"))
         if lateness.is_waiting_too_long(current, now):
             badges.append(Badge("waiting too long", "bad"))
+    elif lateness.is_held_late(current, now):
+        # Waiting nobody chose: held back by a limit past the grace, the limit named.
+        name = limits.split_slot(current.deferred_on or "")[0]
+        held = duration(whole_seconds(now - lateness.held_since(current)))
+        badges.append(Badge(f"late: held by {name} for {held}", "bad"))
     elif lateness.is_overdue(current, now):
         # Late beyond the grace only (settings.overdue_after), and always by how much.
         late = duration(whole_seconds(now - current.scheduled_for))
         badges.append(Badge(f"overdue, late by {late}", "bad"))
     elif current.state == StepState.IN_PROGRESS and lateness.is_stuck(current, now):
         badges.append(Badge("stuck", "bad"))
+    elif lateness.is_running_long(current, usual, now):
+        badges.append(Badge("running long", "bad"))
     return badges
+
+
+def _usual_of(
+    usual: dict[lateness.StepKey, timedelta], workflow: Workflow, current: StepExecution | None
+) -> timedelta | None:
+    return None if current is None else usual.get((workflow.type, current.step_name))
 
 
 def _why(workflow: Workflow, why: str) -> str:
@@ -235,6 +253,16 @@ def workflow_rows(session: Session, workflows: Iterable[Workflow]) -> list[Workf
     now = utcnow()
     currents = _current_by_workflow(session, [w.id for w in workflows])
     whys = why_waiting_many(session, workflows, now=now)
+    types = {w.id: w.type for w in workflows}
+    usual = lateness.usual_durations(
+        session,
+        {
+            (types[c.workflow_id], c.step_name)
+            for c in currents.values()
+            if c.state == StepState.IN_PROGRESS
+        },
+        now,
+    )
     return [
         WorkflowRow(
             id=w.id,
@@ -243,7 +271,7 @@ def workflow_rows(session: Session, workflows: Iterable[Workflow]) -> list[Workf
             hero_type=w.hero_type,
             hero_id=w.hero_id,
             state=w.state,
-            badges=_badges(w, currents.get(w.id), now),
+            badges=_badges(w, currents.get(w.id), now, _usual_of(usual, w, currents.get(w.id))),
             next_step=w.next_step_name,
             why=_why(w, whys[w.id]),
             updated_at=w.updated_at,
@@ -303,6 +331,13 @@ class ExecutionView:
     signal_id: int | None
     metadata: str | None
     created_at: datetime
+    #: A limit holding it back (docs/MANUAL.md, "Concurrency and rate limits"): "a slot of
+    #: `tenant-sync` [megacorp.example]" while deferred, since when, and whether that is late.
+    held_by: str | None = None
+    held_since: datetime | None = None
+    held_late: bool = False
+    #: The (limit, key) pairs the execution counts against.
+    slots: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -416,7 +451,13 @@ def execution_view(execution: StepExecution, attempt: int, now: datetime) -> Exe
         late_by = execution.started_at - execution.scheduled_for
     waiting_too_long = lateness.is_waiting_too_long(execution, now)
     metadata = {k: v for k, v in (execution.metadata_ or {}).items() if k != "exception"}
-    return ExecutionView(
+    held_by = None
+    slot = execution.deferred_on
+    if slot is not None and execution.state == StepState.SCHEDULED:
+        what = "a token" if slot == execution.rate_slot else "a slot"
+        name, key = limits.split_slot(slot)
+        held_by = f"{what} of `{name}`" + (f" [{key}]" if key else "")
+    view = ExecutionView(
         id=execution.id,
         step_name=execution.step_name,
         attempt=attempt,
@@ -446,6 +487,18 @@ def execution_view(execution: StepExecution, attempt: int, now: datetime) -> Exe
         metadata=_json(metadata) if metadata else None,
         created_at=execution.created_at,
     )
+    if held_by is not None:
+        view.held_by = held_by
+        view.held_since = lateness.held_since(execution)
+        view.held_late = lateness.is_held_late(execution, now)
+    view.slots = [
+        limits.split_slot(s)
+        for s in dict.fromkeys(
+            (execution.limit_slot, execution.step_limit_slot, execution.rate_slot)
+        )
+        if s is not None
+    ]
+    return view
 
 
 def signal_view(signal: Signal) -> SignalView:

@@ -55,7 +55,7 @@ T = TypeVar("T")
 
 #: Values of the ``due`` filter: which kind of late current execution a workflow has, or
 #: (``timed_out``) an execution whose wait for a signal timed out (SPEC §6.1).
-DUE_FILTERS = ("overdue", "waiting", "stuck", "timed_out")
+DUE_FILTERS = ("overdue", "waiting", "stuck", "timed_out", "held")
 
 
 def dashboard_config() -> Mapping[str, Any]:
@@ -247,6 +247,13 @@ def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) ->
         stmt = stmt.where(
             Workflow.state.in_(sorted(lateness.OVERDUE_WORKFLOW_STATES)),
             _current_execution_in(extra=lateness.overdue_condition(now)),
+        )
+    elif filters.due == "held":
+        # Held back by a limit past the grace (engine/lateness.py): the deferred_on index.
+        held = select(StepExecution.workflow_id).where(lateness.held_late_condition(now))
+        stmt = stmt.where(
+            Workflow.state.in_(sorted(lateness.OVERDUE_WORKFLOW_STATES)),
+            _ExecutionsFirst(Workflow.id, held),
         )
     elif filters.due == "waiting":
         stmt = stmt.where(_current_execution_in(StepState.WAITING))

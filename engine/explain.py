@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from geneva_drive import children, limits, scheduling
+from geneva_drive import children, lateness, limits, scheduling
 from geneva_drive.config import settings
 from geneva_drive.models import OperatorAction, StepExecution, Worker, utcnow
 from geneva_drive.states import (
@@ -42,6 +42,16 @@ def humanize(delta: timedelta) -> str:
     if seconds < 86400 * 2:
         return f"{seconds // 3600} h"
     return f"{seconds // 86400} days"
+
+
+def brief(delta: timedelta) -> str:
+    """A short duration to the millisecond: "128 ms", "2.5 s", then as :func:`humanize`."""
+    seconds = delta.total_seconds()
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    return humanize(delta)
 
 
 def humanize_remaining(delta: timedelta) -> str:
@@ -82,6 +92,8 @@ class _Facts:
     pause_actor: dict[int, str] = field(default_factory=dict)
     #: The name of the worker running each current in-progress execution, by worker id.
     worker_name: dict[int, str] = field(default_factory=dict)
+    #: The usual duration of each running (class, step) (lateness.usual_durations).
+    usual: dict[lateness.StepKey, timedelta] = field(default_factory=dict)
 
 
 def _latest_per_workflow(session: Session, entity: Any, ids: list[int], *where: Any) -> list[Any]:
@@ -122,6 +134,14 @@ def _load_facts(session: Session, workflows: list[Workflow]) -> _Facts:
         if running:
             found = session.execute(select(Worker.id, Worker.name).where(Worker.id.in_(running)))
             facts.worker_name = {worker_id: name for worker_id, name in found}
+        types = {w.id: w.type for w in workflows}
+        in_progress = {
+            (types[e.workflow_id], e.step_name)
+            for e in facts.current.values()
+            if e.state == StepState.IN_PROGRESS
+        }
+        if in_progress:
+            facts.usual = lateness.usual_durations(session, in_progress, utcnow())
     if paused:
         for execution in _latest_per_workflow(session, StepExecution, paused):
             facts.last[execution.workflow_id] = execution
@@ -193,10 +213,20 @@ def _line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
         return f"waiting for signal `{matcher}` since {humanize(now - since)}{overdue}{timeout}"
     if current.state == StepState.IN_PROGRESS:
         started = current.started_at or now
-        return f"running `{step}`{_on_worker(current, facts)} for {humanize(now - started)}"
+        line = f"running `{step}`{_on_worker(current, facts)} for {humanize(now - started)}"
+        usual = facts.usual.get((workflow.type, step))
+        if usual is not None and lateness.is_running_long(current, usual, now):
+            # Far past its own history (engine/lateness.py), not past a flat threshold.
+            line += f", far past its usual {brief(usual)} (p99)"
+        return line
     if current.deferred_on is not None:
-        # Held back by a concurrency or rate limit (SPEC §6.2).
-        held = limits.why_deferred(scheduling.session_of(workflow), workflow, current, now)
+        # Held back by a concurrency or rate limit (SPEC §6.2); late past the overdue grace.
+        held_for = ""
+        if lateness.is_held_late(current, now):
+            held_for = f" since {humanize(now - lateness.held_since(current))} (late)"
+        held = limits.why_deferred(
+            scheduling.session_of(workflow), workflow, current, now, since=held_for
+        )
         if held is not None:
             return held
     if current.scheduled_for - now >= timedelta(seconds=1):

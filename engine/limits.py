@@ -445,6 +445,8 @@ def claim(
     if deferral is None:
         execution.deferred_on = None
         return True
+    if execution.deferred_on is None or execution.deferred_since is None:
+        execution.deferred_since = now  # the wait starts (a re-deferral keeps its start)
     execution.deferred_on = deferral.slot
     execution.scheduled_for = deferral.until
     execution.sent_at = None
@@ -540,19 +542,28 @@ def _display(slot: str) -> str:
 
 
 def why_deferred(
-    session: Session, workflow: Workflow, execution: StepExecution, now: datetime
+    session: Session, workflow: Workflow, execution: StepExecution, now: datetime, since: str = ""
 ) -> str | None:
-    """The why-line of a deferred execution (SPEC §6.2), or None when it is not deferred."""
+    """The why-line of a deferred execution (SPEC §6.2), or None when it is not deferred.
+
+    ``since`` (" since 17 min (late)", the caller's judgement of the wait) follows the slot.
+    """
     slot = execution.deferred_on
     if slot is None or execution.state != StepState.SCHEDULED:
         return None
     limit = _limit_for(workflow, execution, slot)
     if isinstance(limit, RateLimit) or (limit is None and slot == execution.rate_slot):
-        wait = max(execution.scheduled_for - now, timedelta(0))
-        return f"rate-limited by {_display(slot)}: next start in {_short(wait)}"
+        wait = execution.scheduled_for - now
+        # A token whose time has come is due, not "in 0 ms": a worker takes it next.
+        turn = (
+            f"next start in {_short(wait)}"
+            if wait >= timedelta(milliseconds=1)
+            else "its token is due now"
+        )
+        return f"waiting for a token of {_display(slot)}{since}: {turn}"
     used = in_use(session, slot)
     of = f" of {limit.limit}" if limit is not None else ""
-    return f"waiting for a slot of {_display(slot)} ({used}{of} in use)"
+    return f"waiting for a slot of {_display(slot)} ({used}{of} in use){since}"
 
 
 def _limit_for(workflow: Workflow, execution: StepExecution, slot: str) -> AnyLimit | None:

@@ -98,6 +98,7 @@ def seed(scale: float = 1.0, stop: threading.Event | None = None) -> int:
             _seed_checkouts,
             _seed_fulfilments,
             _seed_tenant_syncs,
+            _seed_tenant_flood,
             _seed_history,
         ):
             if stop is not None and stop.is_set():
@@ -416,6 +417,46 @@ def _seed_tenant_syncs(rng: random.Random, scale: float) -> int:
                 _finish(workflow_id)
             else:
                 _advance(workflow_id, 1)  # deferred if the tenant's slots are taken
+    return count
+
+
+#: The tenant that floods ``tenant-sync``: an import started all its syncs at once, this long ago.
+FLOOD_TENANT = "megacorp.example"
+FLOOD_SYNCS = 60
+FLOOD_AGE = timedelta(minutes=17)
+
+
+def _seed_tenant_flood(rng: random.Random, scale: float) -> int:
+    """A tenant flooding the ``tenant-sync`` limit (2 at once per tenant), 17 minutes in: a few
+    syncs pulled at once (the pace /limits drains the rest at, and the history that makes a
+    ``pull`` of milliseconds usual), its two slots held by pulls running for 17 minutes (far
+    past that usual), half of the rest deferred by the real claim 17 minutes ago (held back
+    late, the limit named), the others due since then and not tried yet."""
+    count = 0
+    ids = []
+    for i in range(max(12, round(FLOOD_SYNCS * scale))):
+        if _stopping():
+            return count
+        ids.append(_create(TenantSyncWorkflow, DemoCustomer(email=f"user{i}@{FLOOD_TENANT}")))
+        count += 1
+    pulled, running, rest = ids[:6], ids[6:8], ids[8:]
+    deferred, due = rest[: len(rest) // 2], rest[len(rest) // 2 :]
+    for workflow_id in pulled:
+        _advance(workflow_id, 1)  # its push is then due under the tenant's slots too
+    since = utcnow() - FLOOD_AGE
+    for workflow_id in running:
+        _move_current(workflow_id, state="in_progress", started_at=since)
+        with db.transaction() as session:
+            session.execute(
+                update(Workflow)
+                .where(Workflow.id == workflow_id)
+                .values(state="performing", current_step_name="pull")
+            )
+    for workflow_id in deferred:
+        _advance(workflow_id, 1)  # both slots taken: deferred
+        _move_current(workflow_id, deferred_since=since)
+    for workflow_id in due:
+        _move_current(workflow_id, scheduled_for=since)
     return count
 
 

@@ -10,9 +10,8 @@ from flask import abort, request
 from sqlalchemy import text
 
 from geneva_drive import health
-from geneva_drive import limits as engine_limits
 from geneva_drive.config import settings
-from geneva_drive.dashboard import charts, presenters, queries
+from geneva_drive.dashboard import charts, limits_page, presenters, queries
 from geneva_drive.dashboard import workers as worker_list
 from geneva_drive.dashboard.dashboard import bp
 from geneva_drive.dashboard.extensions import session
@@ -36,6 +35,7 @@ def overview() -> Any:
     with queries.snapshot_beside(session()) as snapshot:
         trends = charts.trends(session())
         data = queries.overview(session(), window, snapshot)
+        held = queries.cached("overview:limits", lambda: limits_page.deferring_most(session()))
     return render(
         "dashboard/overview.html",
         "dashboard/_overview.html",
@@ -45,6 +45,7 @@ def overview() -> Any:
         settings=settings,
         windows=list(queries.FAILURE_WINDOWS),
         trends=trends,
+        held=held,
     )
 
 
@@ -129,11 +130,15 @@ def failures() -> Any:
 
 @bp.get("/limits")
 def limits() -> Any:
-    """Concurrency and rate limits (SPEC §6.2): in use, waiting, the keys with most waiting."""
+    """Concurrency and rate limits (SPEC §6.2): in use, waiting and deferred, the keys with
+    the most of each, how long the oldest waits and an estimate of the time to drain."""
     return render(
         "dashboard/limits.html",
         "dashboard/_limits.html",
-        limits=engine_limits.usage(session(), top=queries.LIMIT_TOP_KEYS),
+        limits=limits_page.backlog(session(), top=queries.LIMIT_TOP_KEYS),
+        settings=settings,
+        pace_window=limits_page.PACE_WINDOW,
+        row_cap=limits_page.ROW_CAP,
     )
 
 

@@ -51,7 +51,8 @@ def test_limits_page_lists_use_and_waiting_keys_linked_to_the_filtered_list(
     html = operator_client.get("/limits").get_data(as_text=True)
     assert "<code>dash-tenant</code>" in html
     assert "concurrency: 1 at once per key" in html
-    assert "1 in use</a> · 1 waiting" in html
+    # acme's waiter was tried and deferred; globex's has not been tried yet (due).
+    assert "1 in use</a> · 2 waiting (1 due, 1 deferred)" in html
     assert 'href="/workflows?limit=dash-tenant&amp;limit_key=acme"' in html
     assert ">Limits</a>" in html  # in the main navigation
 

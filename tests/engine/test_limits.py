@@ -495,7 +495,7 @@ def test_rate_limit_admits_limit_starts_per_window_and_schedules_the_rest(
     assert abs((third.scheduled_for - (starts[0] + timedelta(hours=1))).total_seconds()) < 1
     assert abs((fourth.scheduled_for - (starts[1] + timedelta(hours=1))).total_seconds()) < 1
     line = calls[2].why_waiting()
-    assert line.startswith("rate-limited by `shop-api` [acme]: next start in ")
+    assert line.startswith("waiting for a token of `shop-api` [acme]: next start in ")
     # Run early (a stray message), it is deferred again, not run.
     _run(third.id)
     assert executions(geneva_session, calls[2])[0].state == "scheduled"
