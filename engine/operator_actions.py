@@ -35,7 +35,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from geneva_drive import children, instrumentation, operations, scheduling, states
+from geneva_drive import children, instrumentation, operations, schedules, scheduling, states
 from geneva_drive.errors import (
     CursorTooLargeError,
     DuplicateWorkflowError,
@@ -176,6 +176,19 @@ def _signal(wf: Workflow, params: dict[str, Any]) -> str:
             f"Workflow #{wf.id} waits for `{name}` narrowed by its payload, and this payload "
             "does not match; nothing was delivered. Check the Payload (JSON)."
         )
+    if signal.state == SignalState.PENDING and wf.state != WorkflowState.PAUSED:
+        # Stored as the API stores it, but the operator is told that it wakes nothing now
+        # (a parent parked on its children, a step parked on another signal): "delivered"
+        # alone reads as if something had taken it.
+        session = scheduling.session_of(wf)
+        parked = waiting_steps(session, [wf.id]).get(wf.id, [])
+        reason = waiting_refusal(wf, name, parked, detail=True) if parked else ""
+        if reason:
+            return (
+                f"Signal `{name}` stored (pending), but nothing waits for it: workflow "
+                f"#{wf.id} is {reason}. It stays pending until a step that waits for `{name}` "
+                "is reached."
+            )
     return f"Signal `{name}` delivered ({signal.state})."
 
 
@@ -702,3 +715,100 @@ def preview_bulk(
             if waiting_only and workflow.state == WorkflowState.PAUSED:
                 held.append(workflow_id)
     return BulkPreview(eligible, refused, gone, held)
+
+
+# --- schedules -----------------------------------------------------------------------------------
+
+
+#: The operator actions on a schedule (their audit names; ``params`` ``{"schedule": name}``):
+#: the dashboard's Pause / Resume / Run now on /schedules and ``geneva-drive schedules …``.
+SCHEDULE_ACTIONS = ("schedule_pause", "schedule_resume", "schedule_run_now")
+
+
+@dataclass(frozen=True)
+class ScheduleActionResult(ActionResult):
+    """An :class:`ActionResult` of a schedule action; ``workflow_id`` is the workflow Run now
+    created (None for the other actions and for a refusal)."""
+
+    workflow_id: int | None = None
+
+
+def schedule_state(row: Any) -> str:
+    """What the audit's from/to columns say of a schedule: ``disabled``, ``paused`` or
+    ``active``."""
+    if row.disabled_at is not None:
+        return "disabled"
+    return "paused" if row.paused else "active"
+
+
+def perform_schedule(
+    session: Session, actor: str, name: str, action: str, now: datetime | None = None
+) -> ScheduleActionResult:
+    """Run schedule ``action`` (one of :data:`SCHEDULE_ACTIONS`) on the schedule ``name`` as
+    ``actor`` in ``session``, audited, and commit - like :func:`perform` for a workflow.
+
+    A schedule that does not exist is a result with ``gone`` set (nothing recorded). The
+    engine's refusals (``InvalidStateError``: paused already, not paused, disabled, the
+    previous run still going under ``overlap="skip"``) roll back and are recorded as refused.
+    Run now's audit row carries the workflow it created, so it shows in that workflow's
+    timeline too.
+    """
+    if action not in SCHEDULE_ACTIONS:
+        known = ", ".join(SCHEDULE_ACTIONS)
+        raise ValueError(f"Unknown schedule action {action!r}; known: {known}.")
+    params = {"schedule": name}
+    began = utcnow()
+    try:
+        # Read under the row's lock (the action below locks it again, a no-op): what the audit
+        # says it was is what the action saw.
+        from_state = schedule_state(schedules.named(session, name, lock=True))
+    except LookupError as exc:
+        session.rollback()
+        return ScheduleActionResult(False, 404, str(exc), gone=True)
+    workflow_id: int | None = None
+    try:
+        if action == "schedule_pause":
+            row = schedules.pause(session, name)
+            message = f"Paused schedule `{name}`: it fires nothing until resumed."
+        elif action == "schedule_resume":
+            row = schedules.resume(session, name)
+            message = (
+                f"Resumed schedule `{name}`; ticks missed while paused follow "
+                f"catch_up={row.catch_up} at the next sweep."
+            )
+        else:
+            workflow = schedules.run_now(session, name, now or began)
+            row = schedules.named(session, name, lock=True)
+            workflow_id = workflow.id
+            message = f"Schedule `{name}` ran now: created {workflow.type} #{workflow.id}."
+        session.flush()
+        record(
+            session,
+            actor,
+            action,
+            workflow_id,
+            params,
+            from_state,
+            schedule_state(row),
+            "ok",
+            message,
+            began,
+        )
+        session.commit()
+    except REFUSALS as exc:
+        session.rollback()
+        message = str(exc)
+        record(session, actor, action, None, params, from_state, from_state, "refused", message)
+        session.commit()
+        log.info(
+            "Operator %s: %s on schedule %s refused: %s",
+            escape(actor),
+            action,
+            escape(name),
+            escape(message),
+        )
+        return ScheduleActionResult(False, status_for(exc), message)
+    log.info(
+        "Operator %s: %s on schedule %s: %s", escape(actor), action, escape(name), escape(message)
+    )
+    return ScheduleActionResult(True, 200, message, workflow_id=workflow_id)

@@ -1,5 +1,5 @@
 """Cross-workflow pages: overview, signal inbox, definitions, stranded, failures, limits,
-workers, audit."""
+workers, schedules, audit."""
 
 from __future__ import annotations
 
@@ -7,4 +7,5 @@ from flask import Blueprint
 
 bp = Blueprint("dashboard", __name__)
 
-from geneva_drive.dashboard.dashboard import views  # noqa: E402,F401  (routes register on bp)
+# The routes register on bp.
+from geneva_drive.dashboard.dashboard import schedule_views, views  # noqa: E402,F401

@@ -7,6 +7,7 @@ from typing import Any
 from flask import abort, redirect, request
 
 from geneva_drive.dashboard import presenters, queries
+from geneva_drive.dashboard import schedules as schedule_list
 from geneva_drive.dashboard.auth import current_user
 from geneva_drive.dashboard.extensions import db, session
 from geneva_drive.dashboard.htmx import STOP_POLLING, is_htmx, render
@@ -81,6 +82,8 @@ def render_detail(
     detail = presenters.workflow_detail(session(), workflow, current_user(), before)
     detail.refusal = refusal
     detail.notice = notice
+    # Created by a schedule: its name and tick (metadata), linked to /schedules.
+    detail.extra["schedule"] = schedule_list.origin(session(), workflow)
     if signal_draft is not None:
         # A refused signal: its form reopens with what was typed and the reason beside it.
         detail.extra["signal_draft"] = signal_draft
