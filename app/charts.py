@@ -162,8 +162,11 @@ def robust_scale(values: list[int]) -> int:
     ordered = sorted((v for v in values if v > 0), reverse=True)
     if not ordered:
         return 0
-    if len(ordered) >= 2 and ordered[0] > SPIKE_FACTOR * ordered[1]:
-        return max(1, math.ceil(ordered[1] * 1.5))
+    # A seeding burst spans a few minutes of the hour chart, not one bar: the spike is the
+    # few tallest bars (up to a quarter of the bars with any count) that tower over the rest.
+    for spikes in range(1, max(1, len(ordered) // 4) + 1):
+        if spikes < len(ordered) and ordered[spikes - 1] > SPIKE_FACTOR * ordered[spikes]:
+            return max(1, math.ceil(ordered[spikes] * 1.5))
     return ordered[0]
 
 
@@ -222,10 +225,14 @@ def _chart(
             )
         )
     step = max(1, count // TICK_INTERVALS)
+    # The right edge is the end of the current bucket, still ahead (16:00 at 15:20 on the day
+    # chart): it is labelled "now", where the window ends, not with a time yet to come.
     ticks = [
         Tick(
             x=round(i * slot, 2),
-            label=f"{datetime.fromtimestamp((first + i) * seconds, tz=UTC):%H:%M}",
+            label="now"
+            if i == count
+            else f"{datetime.fromtimestamp((first + i) * seconds, tz=UTC):%H:%M}",
         )
         for i in range(0, count + 1, step)
     ]

@@ -71,6 +71,23 @@ def code_text(value: Any) -> Markup:
     )
 
 
+def code_text_links(value: Any, links: list[tuple[str, dict[str, str]]]) -> Markup:
+    """:func:`code_text`, with each phrase of ``links`` (the first time it appears) a link to
+    the workflows list filtered by its query parameters."""
+    from geneva_drive.dashboard.urls import url_for
+
+    text = "" if value is None else str(value)
+    out = Markup("")
+    for phrase, params in links:
+        before, found, text = text.partition(phrase)
+        if not found:
+            text = before
+            continue
+        href = url_for("workflows.index", **params)
+        out += code_text(before) + Markup('<a href="{}">{}</a>').format(href, code_text(phrase))
+    return out + code_text(text)
+
+
 def number(value: Any) -> str:
     return f"{int(value):,}"
 
@@ -83,4 +100,5 @@ FILTERS: dict[str, Any] = {
     "duration": duration,
     "number": number,
     "code_text": code_text,
+    "code_text_links": code_text_links,
 }

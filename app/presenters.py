@@ -20,7 +20,7 @@ from geneva_drive import children, lateness, limits, states
 from geneva_drive.dashboard import queries
 from geneva_drive.dashboard.formatting import duration
 from geneva_drive.dashboard.queries import is_stranded_step
-from geneva_drive.explain import why_waiting_many
+from geneva_drive.explain import children_breakdown, humanize_remaining, why_waiting_many
 from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
 from geneva_drive.signal_matcher import matcher_name
 from geneva_drive.states import (
@@ -182,6 +182,12 @@ class WorkflowRow:
     why: str
     updated_at: datetime
     created_at: datetime
+    #: Phrases of ``why`` that link to the workflows list (its query parameters): a parent's
+    #: children counts by state.
+    why_links: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    #: The error message of a workflow paused after an error (its newest execution failed).
+    error_message: str | None = None
+    parent_id: int | None = None
 
 
 def _current_by_workflow(session: Session, ids: list[int]) -> dict[int, StepExecution]:
@@ -263,6 +269,12 @@ def workflow_rows(session: Session, workflows: Iterable[Workflow]) -> list[Workf
         },
         now,
     )
+    errors = queries.paused_after_error_messages(
+        session, [w.id for w in workflows if w.state == WorkflowState.PAUSED]
+    )
+    parents = children.summaries(
+        session, [w.id for w in workflows if w.children_open and w.is_ongoing]
+    )
     return [
         WorkflowRow(
             id=w.id,
@@ -276,8 +288,32 @@ def workflow_rows(session: Session, workflows: Iterable[Workflow]) -> list[Workf
             why=_why(w, whys[w.id]),
             updated_at=w.updated_at,
             created_at=w.created_at,
+            why_links=_children_links(w.id, whys[w.id], parents.get(w.id, {})),
+            error_message=errors.get(w.id),
+            parent_id=w.parent_id,
         )
         for w in workflows
+    ]
+
+
+def children_filter(parent_id: int, key: str) -> dict[str, str]:
+    """The query parameters of a parent's children of one ``children.summaries`` key."""
+    params = {"parent": str(parent_id)}
+    if key == children.PAUSED_AFTER_ERROR:
+        params.update(state=WorkflowState.PAUSED, due="failed")
+    elif key != "all":
+        params["state"] = key
+    return params
+
+
+def _children_links(
+    parent_id: int, why: str, by_state: dict[str, int]
+) -> list[tuple[str, dict[str, str]]]:
+    """Each children count a parent's why-line says, with the filtered list it links to."""
+    return [
+        (phrase, children_filter(parent_id, key))
+        for key, phrase in children_breakdown(by_state)
+        if phrase in why
     ]
 
 
@@ -418,6 +454,8 @@ class WorkflowDetail:
     timeline_before: int | None = None
     #: "7 of 10 finished, 1 paused, 2 running": its child workflows (None without any).
     children: str | None = None
+    #: A parent's children by state, those needing an operator first: (label, count, params).
+    children_by_state: list[tuple[str, int, dict[str, str]]] = field(default_factory=list)
     #: The workflow whose step started this one (SPEC §6.3), else None.
     parent_id: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -738,8 +776,31 @@ def workflow_detail(
         awaited_signal=awaited_signal(workflow, executions),
         stranded_on=stranded_on,
         children=children_progress(children.counts(session, workflow.id)),
+        children_by_state=children_by_state(session, workflow.id),
         parent_id=workflow.parent_id,
     )
+
+
+#: The relationships panel's rows: a ``children.summaries`` key and its label, in this order.
+_CHILD_KINDS = (
+    (children.PAUSED_AFTER_ERROR, "paused after an error"),
+    (WorkflowState.PAUSED, "paused"),
+    (WorkflowState.READY, "running"),
+    (WorkflowState.PERFORMING, "performing a step"),
+    (WorkflowState.FINISHED, "finished"),
+    (WorkflowState.CANCELED, "canceled"),
+)
+
+
+def children_by_state(session: Session, parent_id: int) -> list[tuple[str, int, dict[str, str]]]:
+    """A parent's children by state for its relationships panel: ``(label, count, filter)``,
+    those needing an operator first, each linking to the filtered children."""
+    by_state = children.summaries(session, [parent_id]).get(parent_id, {})
+    return [
+        (label, by_state[key], children_filter(parent_id, key))
+        for key, label in _CHILD_KINDS
+        if by_state.get(key)
+    ]
 
 
 def children_progress(counts: dict[str, int]) -> str | None:
@@ -759,6 +820,52 @@ def children_progress(counts: dict[str, int]) -> str | None:
     if running:
         parts.append(f"{running} running")
     return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class TimedOutWait:
+    """A row of the inbox's "Recently timed out": what was awaited, for how long, what then."""
+
+    workflow_id: int
+    workflow_class: str
+    step_name: str
+    #: The awaited signal (``payment_confirmed``), "child workflows", or None when the running
+    #: code no longer defines the step.
+    awaited: str | None
+    waited: str
+    then: str
+    timed_out_at: datetime
+    state: Badge
+
+
+def timed_out_waits(session: Session, now: datetime | None = None) -> list[TimedOutWait]:
+    """The waits that timed out lately, newest first (``/signals``)."""
+    rows = []
+    for execution, workflow in queries.recent_timeouts(session, now):
+        definition = workflow.steps.named(execution.step_name)
+        awaited: str | None = None
+        then = "—"
+        if definition is not None and definition.wait_for_children:
+            awaited = "child workflows"
+        elif definition is not None and definition.parks:
+            awaited = str(definition.signal_matcher)
+        if definition is not None and definition.on_timeout is not None:
+            then = definition.on_timeout.value
+        since = execution.waiting_since or execution.created_at
+        deadline = execution.timeout_at or execution.timed_out_at or since
+        rows.append(
+            TimedOutWait(
+                workflow_id=workflow.id,
+                workflow_class=workflow.type,
+                step_name=execution.step_name,
+                awaited=awaited,
+                waited=humanize_remaining(deadline - since),
+                then=then,
+                timed_out_at=execution.timed_out_at or deadline,
+                state=state_badge(workflow.state),
+            )
+        )
+    return rows
 
 
 # --- definitions ----------------------------------------------------------------------------

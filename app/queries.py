@@ -55,7 +55,8 @@ T = TypeVar("T")
 
 #: Values of the ``due`` filter: which kind of late current execution a workflow has, or
 #: (``timed_out``) an execution whose wait for a signal timed out (SPEC §6.1).
-DUE_FILTERS = ("overdue", "waiting", "stuck", "timed_out", "held")
+#: (``failed``) paused after an error: its newest execution failed (a parent's children).
+DUE_FILTERS = ("overdue", "waiting", "stuck", "timed_out", "failed", "held")
 
 
 def dashboard_config() -> Mapping[str, Any]:
@@ -141,6 +142,46 @@ class WorkflowFilters:
 
     def without(self, name: str) -> WorkflowFilters:
         return replace(self, **{name: ""})
+
+
+def paused_after_error_messages(session: Session, ids: list[int]) -> dict[int, str]:
+    """``{workflow_id: error message}`` of those of ``ids`` whose newest execution failed (the
+    list shows it under a child's why-line); one read of the executions' workflow index."""
+    if not ids:
+        return {}
+    rows = session.execute(
+        select(StepExecution.workflow_id, StepExecution.error_message)
+        .where(
+            StepExecution.workflow_id.in_(ids),
+            StepExecution.state == StepState.FAILED,
+            StepExecution.error_message.is_not(None),
+        )
+        .order_by(StepExecution.id)
+    )
+    found = {int(workflow_id): str(message) for workflow_id, message in rows}
+    newest = session.execute(
+        select(StepExecution.workflow_id, func.max(StepExecution.id))
+        .where(StepExecution.workflow_id.in_(list(found)))
+        .group_by(StepExecution.workflow_id)
+    )
+    failed_last = set(
+        session.scalars(
+            select(StepExecution.workflow_id).where(
+                StepExecution.id.in_([n for _, n in newest]),
+                StepExecution.state == StepState.FAILED,
+            )
+        )
+    )
+    return {k: v for k, v in found.items() if k in failed_last}
+
+
+def _error_class_is(name: str) -> Any:
+    """The executions whose error class is ``name``: the full dotted name, or a short one
+    (``CardDeclined``, as the lists print it) matching the last component of any module's."""
+    column = StepExecution.error_class_name
+    if "." in name:
+        return column == name
+    return or_(column == name, column.endswith("." + name, autoescape=True))
 
 
 def _search(q: str) -> Any:
@@ -232,7 +273,7 @@ def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) ->
         stmt = stmt.where(
             Workflow.id.in_(
                 select(StepExecution.workflow_id).where(
-                    StepExecution.error_class_name == filters.error,
+                    _error_class_is(filters.error),
                     StepExecution.state == StepState.FAILED,
                 )
             )
@@ -261,6 +302,10 @@ def filtered_workflows(filters: WorkflowFilters, now: datetime | None = None) ->
         # Executions first: the stuck ones are few (the in_progress index), the workflows many.
         stuck = select(StepExecution.workflow_id).where(lateness.stuck_in_progress_condition(now))
         stmt = stmt.where(_ExecutionsFirst(Workflow.id, stuck))
+    elif filters.due == "failed":
+        stmt = stmt.where(
+            Workflow.state == WorkflowState.PAUSED, children.paused_after_error(Workflow.id)
+        )
     elif filters.due == "timed_out":
         # The partial index on workflow_id WHERE timed_out_at IS NOT NULL (migration 0005).
         stmt = stmt.where(
@@ -848,6 +893,26 @@ def pending_signals(session: Session, limit: int = 100) -> list[Signal]:
             .limit(limit)
         )
     )
+
+
+#: How far back the inbox's "Recently timed out" section looks.
+RECENT_TIMEOUTS_WINDOW = timedelta(days=7)
+
+
+def recent_timeouts(
+    session: Session, now: datetime | None = None, limit: int = 50
+) -> list[tuple[StepExecution, Workflow]]:
+    """The waits that timed out in the last :data:`RECENT_TIMEOUTS_WINDOW`, newest first, with
+    their workflows (the partial index on ``timed_out_at``)."""
+    since = (now or utcnow()) - RECENT_TIMEOUTS_WINDOW
+    rows = session.execute(
+        select(StepExecution, Workflow)
+        .join(Workflow, Workflow.id == StepExecution.workflow_id)
+        .where(StepExecution.timed_out_at.is_not(None), StepExecution.timed_out_at >= since)
+        .order_by(StepExecution.timed_out_at.desc(), StepExecution.id.desc())
+        .limit(limit)
+    )
+    return [(execution, workflow) for execution, workflow in rows]
 
 
 def recent_signals(session: Session, limit: int = 50) -> list[Signal]:

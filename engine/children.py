@@ -459,16 +459,84 @@ def counts(session: Session, parent_id: int) -> dict[str, int]:
     return {str(state): int(count) for state, count in rows}
 
 
+#: The children-summary key of a paused child whose newest execution failed: its exception
+#: policy paused it (its error is the thing to fix), apart from children paused by hand.
+PAUSED_AFTER_ERROR = "paused_after_error"
+#: ``error_class_name`` of a step its class no longer defines: a stranded child, not an error.
+_STEP_NOT_DEFINED = "geneva_drive.errors.StepNotDefinedError"
+
+
+def paused_after_error(workflow_id: Any) -> Any:
+    """A condition on ``workflow_id`` (a column): the workflow's newest execution failed with an
+    error other than a removed step. True of a paused workflow its exception policy paused; read
+    on the executions' workflow index, never the whole table."""
+    executions = StepExecution.__table__
+    newer = executions.alias("newer")
+    return (
+        select(executions.c.id)
+        .where(
+            executions.c.workflow_id == workflow_id,
+            executions.c.state == StepState.FAILED,
+            executions.c.error_class_name != _STEP_NOT_DEFINED,
+            ~select(newer.c.id)
+            .where(newer.c.workflow_id == executions.c.workflow_id, newer.c.id > executions.c.id)
+            .exists(),
+        )
+        .exists()
+    )
+
+
+def summaries(session: Session, parent_ids: list[int]) -> dict[int, dict[str, int]]:
+    """``{parent_id: {state: n}}``: each parent's children by state, with the paused ones that
+    failed counted apart under :data:`PAUSED_AFTER_ERROR` (and not again under ``paused``).
+
+    Two grouped reads of the parent_id index, whatever the number of parents: the why-lines of
+    a page of parents and a parent's detail use it (docs/MANUAL.md, "What operators see").
+    """
+    if not parent_ids:
+        return {}
+    table = _workflows()
+    found: dict[int, dict[str, int]] = {}
+    rows = session.execute(
+        select(table.c.parent_id, table.c.state, func.count())
+        .where(table.c.parent_id.in_(parent_ids))
+        .group_by(table.c.parent_id, table.c.state)
+    )
+    for parent_id, state, count in rows:
+        found.setdefault(int(parent_id), {})[str(state)] = int(count)
+    paused = [p for p, by_state in found.items() if by_state.get(WorkflowState.PAUSED)]
+    if paused:
+        failed = session.execute(
+            select(table.c.parent_id, func.count())
+            .where(
+                table.c.parent_id.in_(paused),
+                table.c.state == WorkflowState.PAUSED,
+                paused_after_error(table.c.id),
+            )
+            .group_by(table.c.parent_id)
+        )
+        for parent_id, count in failed:
+            by_state = found[int(parent_id)]
+            by_state[PAUSED_AFTER_ERROR] = int(count)
+            by_state[WorkflowState.PAUSED] -= int(count)
+            if not by_state[WorkflowState.PAUSED]:
+                del by_state[WorkflowState.PAUSED]
+    return found
+
+
 transitions.on_workflow_end(workflow_ended)
 
 __all__ = [
     "CHILD_CANCELED",
     "CHILD_ENDED",
+    "PAUSED_AFTER_ERROR",
     "counts",
     "is_join",
     "join_steps",
     "pass_gate",
+    "paused_after_error",
     "rendezvous",
     "start_child",
+    "summaries",
     "workflow_ended",
 ]

@@ -94,6 +94,8 @@ class _Facts:
     worker_name: dict[int, str] = field(default_factory=dict)
     #: The usual duration of each running (class, step) (lateness.usual_durations).
     usual: dict[lateness.StepKey, timedelta] = field(default_factory=dict)
+    #: The children by state of each parent parked on its join (``children.summaries``).
+    children: dict[int, dict[str, int]] = field(default_factory=dict)
 
 
 def _latest_per_workflow(session: Session, entity: Any, ids: list[int], *where: Any) -> list[Any]:
@@ -142,6 +144,19 @@ def _load_facts(session: Session, workflows: list[Workflow]) -> _Facts:
         }
         if in_progress:
             facts.usual = lateness.usual_durations(session, in_progress, utcnow())
+        joining = [
+            w.id
+            for w in workflows
+            if (current := facts.current.get(w.id)) is not None
+            and current.state == StepState.WAITING
+            and children.is_join(w, current.step_name)
+        ]
+        facts.children = children.summaries(session, joining)
+    canceled = [w.id for w in workflows if w.state == WorkflowState.CANCELED]
+    if canceled:
+        # A canceled workflow says why when its wait timed out (on_timeout="cancel").
+        for execution in _latest_per_workflow(session, StepExecution, canceled):
+            facts.last[execution.workflow_id] = execution
     if paused:
         for execution in _latest_per_workflow(session, StepExecution, paused):
             facts.last[execution.workflow_id] = execution
@@ -179,7 +194,7 @@ def _line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
     if state == WorkflowState.FINISHED:
         return "finished"
     if state == WorkflowState.CANCELED:
-        return "canceled"
+        return _canceled_line(workflow, facts)
     if state == WorkflowState.PAUSED:
         return _paused_line(workflow, facts, now)
     current = facts.current.get(workflow.id)
@@ -198,12 +213,24 @@ def _line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
                 "housekeeping releases it"
             )
         if definition.wait_for_children:
-            # SPEC §6.3: the parent's own counter, not a count of its children.
+            # The parent's own counter, not a count of its children; the children that need an
+            # operator (paused, after an error or by hand) are said first.
             timeout = _timeout_clause(workflow, current, now)
-            return (
-                f"waiting for {_children(workflow.children_open)} to end since "
-                f"{humanize(now - since)}{timeout}"
-            )
+            waiting = f"{_children(workflow.children_open)} to end"
+            phrases = [p for _, p in children_breakdown(facts.children.get(workflow.id, {}))]
+            if phrases and not phrases[0].endswith("running"):
+                open_total = sum(
+                    n
+                    for key, n in facts.children.get(workflow.id, {}).items()
+                    if key in _OPEN_CHILD_KEYS
+                )
+                if open_total == workflow.children_open and len(phrases) == 1:
+                    waiting = "them"
+                return (
+                    f"{', '.join(phrases)}: waiting for {waiting} since "
+                    f"{humanize(now - since)}{timeout}"
+                )
+            return f"waiting for {waiting} since {humanize(now - since)}{timeout}"
         matcher = definition.signal_matcher
         overdue = ""
         threshold = settings.waiting_visibility_threshold
@@ -254,6 +281,58 @@ def _on_worker(execution: StepExecution, facts: _Facts) -> str:
 
 def _children(count: int) -> str:
     return "1 child workflow" if count == 1 else f"{count} child workflows"
+
+
+#: The open children's kinds in the order a parent's line says them: what needs an operator
+#: first (``children.summaries`` keys).
+_OPEN_CHILD_KEYS = (
+    children.PAUSED_AFTER_ERROR,
+    WorkflowState.PAUSED,
+    WorkflowState.READY,
+    WorkflowState.PERFORMING,
+)
+
+
+def children_breakdown(by_state: dict[str, int]) -> list[tuple[str, str]]:
+    """A parent's open children as ``(key, phrase)``, those that need an operator first:
+    ``[("paused_after_error", "37 children paused after errors"), ("paused", "1 paused"),
+    ("ready", "3 running")]``. The first phrase names the children; ``key`` is a
+    ``children.summaries`` key (``ready`` stands for ready and performing)."""
+    failed = by_state.get(children.PAUSED_AFTER_ERROR, 0)
+    paused = by_state.get(WorkflowState.PAUSED, 0)
+    running = by_state.get(WorkflowState.READY, 0) + by_state.get(WorkflowState.PERFORMING, 0)
+    parts: list[tuple[str, int, str]] = []
+    if failed:
+        errors = "an error" if failed == 1 else "errors"
+        parts.append((children.PAUSED_AFTER_ERROR, failed, f"paused after {errors}"))
+    if paused:
+        parts.append((WorkflowState.PAUSED, paused, "paused"))
+    if running:
+        parts.append((WorkflowState.READY, running, "running"))
+    phrases = []
+    for i, (key, count, what) in enumerate(parts):
+        noun = ("child " if count == 1 else "children ") if i == 0 else ""
+        phrases.append((key, f"{count} {noun}{what}"))
+    return phrases
+
+
+def _canceled_line(workflow: Workflow, facts: _Facts) -> str:
+    """ "canceled", or why, when its wait timed out: "timed out waiting for
+    `payment_confirmed` after 3 d (then cancel)"."""
+    last = facts.last.get(workflow.id)
+    if last is None or last.outcome != Outcome.TIMED_OUT or last.timed_out_at is None:
+        return "canceled"
+    definition = workflow.steps.named(last.step_name)
+    if definition is not None and definition.parks and not definition.wait_for_children:
+        waited = f"`{definition.signal_matcher}`"
+    elif definition is not None and definition.wait_for_children:
+        waited = "child workflows"
+    else:
+        waited = f"a signal in `{last.step_name}`"
+    # The wait it was given (the deadline), not when the sweep came round to fire it.
+    since = last.waiting_since or last.created_at
+    after = humanize_remaining((last.timeout_at or last.timed_out_at) - since)
+    return f"timed out waiting for {waited} after {after} (then cancel)"
 
 
 def _paused_line(workflow: Workflow, facts: _Facts, now: datetime) -> str:

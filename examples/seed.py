@@ -30,10 +30,10 @@ from geneva_drive import db, executor, operator_actions
 from geneva_drive.dispatch import fire_timeouts
 from geneva_drive.examples import _work
 from geneva_drive.examples.campaign import CampaignWorkflow
-from geneva_drive.examples.checkout import CheckoutWorkflow
+from geneva_drive.examples.checkout import PAYMENT_WINDOW, CheckoutWorkflow
 from geneva_drive.examples.erasure import UserErasureWorkflow
 from geneva_drive.examples.flaky import FeedImportWorkflow
-from geneva_drive.examples.fulfilment import FulfilmentWorkflow
+from geneva_drive.examples.fulfilment import FulfilmentWorkflow, WarehouseWaveWorkflow
 from geneva_drive.examples.models import (
     DemoCampaign,
     DemoCustomer,
@@ -97,6 +97,7 @@ def seed(scale: float = 1.0, stop: threading.Event | None = None) -> int:
             _seed_erasures,
             _seed_checkouts,
             _seed_fulfilments,
+            _seed_failed_wave,
             _seed_tenant_syncs,
             _seed_tenant_flood,
             _seed_history,
@@ -215,6 +216,18 @@ def _seed_fulfilments(rng: random.Random, scale: float) -> int:
             _operate(lines[3], "pause")
             _advance(lines[4], 1)  # picked, shipping is due
     return count
+
+
+def _seed_failed_wave(rng: random.Random, scale: float) -> int:
+    """A warehouse wave whose lines ran and a third of them paused after an error (the label
+    printer was offline): the wave's why-line says "4 children paused after errors" first,
+    each count linking to those children (docs/MANUAL.md, child workflows)."""
+    wave = _create(WarehouseWaveWorkflow, DemoOrder(amount_cents=rng.randint(10_000, 90_000)))
+    _advance(wave, 2)  # release (starts the lines), then invoice parks
+    lines = _children_of(wave)
+    for line in lines:
+        _finish(line)  # ships, or pauses after LabelPrinterOffline
+    return 1 + len(lines)
 
 
 def _seed_onboarding(rng: random.Random, scale: float) -> int:
@@ -376,8 +389,10 @@ def _seed_checkouts(rng: random.Random, scale: float) -> int:
         count += 1
         _advance(wf, 2)  # reserve_stock, then capture parks with its deadline
         if i < abandoned:
-            # Its window is over: what the dispatcher's sweep does once the deadline passed.
-            _move_current(wf, timeout_at=utcnow())
+            # Its window is over: what the dispatcher's sweep does once the deadline passed
+            # (it parked a window ago, so its line says "after 1 min 15 s", not "after 0 s").
+            now = utcnow()
+            _move_current(wf, timeout_at=now, waiting_since=now - PAYMENT_WINDOW)
             fire_timeouts()
         elif i < abandoned + paid:
             _signal(wf, order.amount_cents)

@@ -59,6 +59,7 @@ def signals_context() -> dict[str, Any]:
         "truncated": len(parked) >= queries.INBOX_LIMIT,
         "pending": [presenters.signal_view(s) for s in queries.pending_signals(session())],
         "recent": [presenters.signal_view(s) for s in queries.recent_signals(session())],
+        "timed_out": presenters.timed_out_waits(session()),
         "limit": queries.INBOX_LIMIT,
     }
 

@@ -98,13 +98,24 @@
         state = "paused"; message = "Live updates paused: " + reasons[0];
       } else if (live.failed) {
         state = "error";
-        message = "Refresh failed at " + live.failed.toLocaleTimeString() + "; retrying";
+        message = "Refresh failed at " + live.failed.toLocaleTimeString() +
+          "; the data shown is stale (from " + ago(Date.now() - live.lastOk) + "); retrying";
       } else {
         state = "live"; message = "Live · updated " + ago(Date.now() - live.lastOk);
       }
     }
     box.hidden = false;
     box.setAttribute("data-state", state);
+    // Stale numbers never look live: the polled regions are dimmed until a refresh succeeds.
+    pollRegions().forEach(function (region) {
+      if (state === "error") region.setAttribute("data-stale", "");
+      else region.removeAttribute("data-stale");
+    });
+    // At phone width the control is fixed at the bottom: leave room for all of it under the
+    // page (a CSSOM property, which the CSP allows, unlike a style attribute).
+    if (window.getComputedStyle(box).position === "fixed") {
+      document.documentElement.style.setProperty("--refresh-room", (box.offsetHeight + 24) + "px");
+    }
     if (text.textContent !== message) text.textContent = message;
     toggle.hidden = state === "none";
     toggle.textContent = state === "paused" ? "Resume" : "Pause";
@@ -331,7 +342,16 @@
       if (!d.hasAttribute("data-folded")) { d.open = false; d.setAttribute("data-folded", ""); }
     });
   }
-  document.addEventListener("DOMContentLoaded", function () { foldNarrow(document); });
+  document.addEventListener("DOMContentLoaded", function () {
+    foldNarrow(document);
+    // Arrived by "/" from another page: the search field, unfolded, has the focus.
+    var search = window.location.hash === "#search" && document.getElementById("f-q");
+    if (search) {
+      var folded = search.closest("details");
+      if (folded) folded.open = true;
+      search.focus();
+    }
+  });
   document.body.addEventListener("htmx:afterSwap", function (evt) {
     localize(evt.detail.target);
     foldNarrow(evt.detail.target.parentNode || document);
@@ -387,8 +407,13 @@
       if (help && typeof help.showModal === "function") { evt.preventDefault(); help.showModal(); }
     } else if (evt.key === "/") {
       var search = document.getElementById("f-q");
-      if (!search) return;
       evt.preventDefault();
+      if (!search) {
+        // Every page: the search is on the workflows list, opened with its field focused.
+        var list = document.body.getAttribute("data-search-url");
+        if (list) window.location.assign(list + "#search");
+        return;
+      }
       var folded = search.closest("details");
       if (folded) folded.open = true;
       search.focus();

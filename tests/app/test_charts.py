@@ -99,3 +99,22 @@ def test_a_new_app_reads_the_whole_window_again(
         assert _day_total(charts.trends(db.session, now))["completed"] == len(
             workflow.step_executions
         ) + len(later.step_executions)
+
+
+def test_a_burst_over_a_few_minutes_is_clipped_not_the_scale():
+    """Seeding writes thousands of executions over two or three minutes of the hour chart:
+    those bars are clipped together, and the scale stays where the other minutes are."""
+    minutes = [40, 35, 42, 38, 4000, 3800, 2500] + [39] * 20
+    assert charts.robust_scale(minutes) == 63
+    assert charts.robust_scale([4000, 40, 38]) == 60  # one spike, as before
+    assert charts.robust_scale([50, 45, 40]) == 50  # no spike: the tallest bar
+
+
+def test_the_time_axis_ends_at_now_not_at_the_end_of_the_current_bucket():
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 3, 2, 15, 20, tzinfo=UTC)
+    last = int(now.timestamp()) // 3600
+    chart = charts._chart("All classes", {}, last - 23, 24, 3600, now)
+    assert chart.ticks[-1].label == "now"
+    assert chart.ticks[0].label == "16:00"  # the first bucket: 16:00 yesterday

@@ -486,3 +486,35 @@ def test_a_bulk_action_with_workflows_gone_meanwhile_is_not_ok(capsys):
     assert report_outcome("Cancel", as_json, as_json=True) == 1
     printed = json.loads(capsys.readouterr().out)
     assert (printed["gone"], printed["ok"]) == (1, False)
+
+
+def test_error_filter_takes_the_short_class_name_the_list_prints(demo, cli):
+    """The list prints "paused after `LabelPrinterOffline` in `print_label`"; ``--error`` with
+    that short name finds the same workflows as the full dotted name."""
+    import random
+
+    from geneva_drive.examples import seed
+
+    seed._work.enabled = False
+    try:
+        seed._seed_failed_wave(random.Random(7), 1.0)
+    finally:
+        seed._work.enabled = True
+    short = cli("workflows", "list", "--error", "LabelPrinterOffline", "--json")
+    assert short.returncode == 0, short.stderr
+    rows = json.loads(short.stdout)["workflows"]
+    assert len(rows) == 4
+    assert all(r["why"] == "paused after `LabelPrinterOffline` in `print_label`" for r in rows)
+    full = cli(
+        "workflows",
+        "list",
+        "--error",
+        "geneva_drive.examples.fulfilment.LabelPrinterOffline",
+        "--json",
+    )
+    assert sorted(r["id"] for r in json.loads(full.stdout)["workflows"]) == sorted(
+        r["id"] for r in rows
+    )
+    # A short name matches a whole last component only, never a suffix of one.
+    none = cli("workflows", "list", "--error", "PrinterOffline", "--json")
+    assert json.loads(none.stdout)["workflows"] == []

@@ -294,12 +294,63 @@ def test_a_paused_child_keeps_the_parent_waiting_visibly(geneva_session, order):
     speedrun_children(parent)  # the paused child stays paused
     assert held.state == "paused"
     assert _join(geneva_session, parent).state == "waiting"
-    assert "waiting for 1 child workflow to end" in parent.why_waiting()
+    assert parent.why_waiting().startswith("1 child paused: waiting for them since")
     held.resume()
     geneva_session.commit()
     speedrun_children(parent)
     speedrun_workflow(parent)
     assert parent.state == "finished"
+
+
+class KidLineFails(Workflow):
+    @step(on_exception="pause")
+    def ship(self) -> None:
+        raise RuntimeError("the courier is on strike")
+
+
+class KidOrderWithFailures(Workflow):
+    """Two children that pause after an error and two that ship."""
+
+    @step
+    def ship(self) -> None:
+        for _ in range(2):
+            self.start_child(KidLineFails, hero=self.hero, allow_multiple=True)
+        for _ in range(2):
+            self.start_child(KidSlowLine, hero=self.hero, allow_multiple=True)
+
+    @step(wait_for_children=True)
+    def invoice(self) -> None:
+        ran.append("invoice")
+
+
+def test_a_parents_line_says_first_the_children_paused_after_errors(geneva_session, order):
+    parent = KidOrderWithFailures.create(hero=order)
+    speedrun_workflow(parent)
+    for kid in sorted(parent.children, key=lambda c: c.id):
+        if isinstance(kid, KidLineFails):
+            with pytest.raises(RuntimeError, match="strike"):  # raised after its commit
+                perform_next_step(kid)  # pauses after its error
+        else:
+            speedrun_workflow(kid)
+    assert parent.why_waiting().startswith("2 children paused after errors: waiting for them")
+    assert children_module.summaries(geneva_session, [parent.id]) == {
+        parent.id: {"paused_after_error": 2, "finished": 2}
+    }
+
+
+def test_a_parents_line_counts_each_kind_of_open_child(geneva_session, order):
+    parent = KidOrderWithFailures.create(hero=order)
+    speedrun_workflow(parent)
+    kids = sorted(parent.children, key=lambda c: c.id)
+    with pytest.raises(RuntimeError, match="strike"):
+        perform_next_step(kids[0])  # pauses after its error
+    kids[2].pause()
+    geneva_session.commit()
+    line = parent.why_waiting()
+    assert line.startswith(
+        "1 child paused after an error, 1 paused, 2 running: "
+        "waiting for 4 child workflows to end since"
+    ), line
 
 
 # --- the parent's operators -------------------------------------------------------------------

@@ -205,7 +205,10 @@ def test_on_timeout_cancel_cancels_the_execution_and_the_workflow(geneva_session
     closed = executions(geneva_session, workflow, "capture")[-1]
     assert (closed.state, closed.outcome) == ("canceled", "timed_out")
     assert closed.finished_at is not None and closed.timed_out_at is not None
-    assert workflow.why_waiting() == "canceled"
+    # The ending says why (docs/MANUAL.md, "Time-bounded waits": What operators see).
+    assert workflow.why_waiting() == (
+        "timed out waiting for `payment_confirmed` after 3 d (then cancel)"
+    )
     with pytest.raises(WorkflowNotOngoing):  # a canceled workflow takes no signal
         workflow.signal("payment_confirmed")
 
