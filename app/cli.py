@@ -19,6 +19,8 @@ Other commands, for running the roles separately:
   (:mod:`geneva_drive.dashboard.operator_cli`); they run without Flask.
 - ``geneva-drive workers [--json]`` — the live workers, and those stopped or expired in the
   last day, with the steps each runs (the dashboard's Workers page).
+- ``geneva-drive schedules [list|pause|resume|run-now NAME]`` — the recurring schedules and
+  their actions (the dashboard's Schedules page; :mod:`geneva_drive.dashboard.schedules_cli`).
 - ``geneva-drive check-deploy [--json]`` — run with the new code's workflow modules before a
   deploy: what it would strand (:mod:`geneva_drive.deploy`). Exit 0 clean, 1 problems, 2
   could not check.
@@ -62,7 +64,7 @@ from typing import TYPE_CHECKING, Any
 from geneva_drive import archive, db, deploy, health, housekeeping, liveness, migrations, transport
 from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
 from geneva_drive.config import process_variable
-from geneva_drive.dashboard import operator_cli
+from geneva_drive.dashboard import operator_cli, schedules_cli
 from geneva_drive.dashboard.operator_cli import Runtime
 from geneva_drive.dialects import dialect_for
 from geneva_drive.dispatch import run_dispatcher
@@ -278,6 +280,8 @@ SUBCOMMANDS: list[Subcommand] = [
     Subcommand("signal", operator_cli.add_signal_parser, in_host=True),
     # The dashboard's Workers page: who runs steps, who died with steps in hand.
     Subcommand("workers", operator_cli.add_workers_parser, in_host=True),
+    # The dashboard's Schedules page and its Pause / Resume / Run now.
+    Subcommand("schedules", schedules_cli.add_schedules_parser, in_host=True),
     # Read-only checks of the live database (SPEC §6.4).
     Subcommand("check-deploy", _add_check_deploy, in_host=True),
     Subcommand("doctor", _add_doctor, in_host=True),
@@ -483,6 +487,10 @@ def cmd_up(args: argparse.Namespace) -> int:
             from geneva_drive.examples import seed
         if seed is not None and not stopper.event.is_set():
             seed.seed(stop=stopper.event)
+            # Schedules that fire while you watch /schedules (every 30 s, every minute, ...).
+            from geneva_drive.examples import recurring
+
+            recurring.install()
         if not stopper.event.is_set():
             worker.start()
             threads.append(

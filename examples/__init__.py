@@ -9,7 +9,8 @@ Importing this package registers the seven demo workflow classes and maps their 
 - :mod:`geneva_drive.examples.flaky` — reattempts on timeouts, pauses on a malformed feed;
 - :mod:`geneva_drive.examples.fulfilment` — a child workflow per order line, joined before the invoice;
 - :mod:`geneva_drive.examples.erasure` — a 30-day grace period, ``cancel_if`` and a last step deleting the hero;
-- :mod:`geneva_drive.examples.tenant_sync` — a concurrency limit per tenant and a rate limit on a partner API.
+- :mod:`geneva_drive.examples.tenant_sync` — a concurrency limit per tenant and a rate limit on a partner API;
+- :mod:`geneva_drive.examples.recurring` — schedules firing every 30 s and every minute, a nightly cron, a paused one.
 
 :mod:`geneva_drive.examples.seed` creates a few hundred instances in every state and keeps new ones coming.
 """
@@ -24,6 +25,7 @@ from geneva_drive.examples import (
     fulfilment,
     onboarding,
     payment,
+    recurring,
     tenant_sync,
 )
 from geneva_drive.examples.models import DEMO_TABLES
@@ -37,5 +39,6 @@ __all__ = [
     "fulfilment",
     "onboarding",
     "payment",
+    "recurring",
     "tenant_sync",
 ]
