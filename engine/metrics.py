@@ -1,9 +1,9 @@
 """Read-only aggregate queries: what /metrics, the overview page and the gem's gauges show.
 
-One :func:`collect` runs six aggregate queries (never more) and returns a
+One :func:`collect` runs seven queries (never more) and returns a
 :class:`MetricsSnapshot`; :func:`get_snapshot` is the same behind a cache (5 s, single-flight,
 then stale-while-revalidate), so a scrape storm or a busy overview page costs the database
-six queries per cache period, not six per request, and a scrape never waits for them once
+seven queries per cache period, not seven per request, and a scrape never waits for them once
 the cache is warm.
 
 The three step-execution queries read one index range each, so their cost follows the
@@ -22,6 +22,9 @@ unexplained workflows                  the live ranges only: workflows by ``(sta
 workers by state, and the executions   the workers table (a row per worker process, pruned
 in progress on a worker not live       after a day) and the ``in_progress`` range of
                                        ``index_geneva_drive_step_executions_scheduled``
+schedules that fire (name and          the schedules table (a row per schedule), its
+``next_fire_at``)                      ``next_fire_at`` index; at most
+                                       :data:`SCHEDULE_SERIES_LIMIT` rows
 =====================================  =================================================
 
 The workflow count by (type, state) reads ``geneva_drive_workflow_counts`` (a few rows per
@@ -50,6 +53,10 @@ Definitions (the numbers the alerts in ``docs/prometheus-rules.yml`` fire on):
   stays a day). **expired worker steps** — executions ``in_progress`` on a worker that is not
   live: exactly what the next dispatcher sweep recovers (:mod:`geneva_drive.liveness`). Not
   per class, and measured on every collect, with or without workflows.
+* **schedule late seconds** — per schedule that fires (not paused, not disabled), how far its
+  ``next_fire_at`` is in the past (0 when it is not): a sweep fires a due tick within seconds,
+  so a figure that grows means no dispatcher fires it (:mod:`geneva_drive.schedules`). Measured
+  on every collect too; the :data:`SCHEDULE_SERIES_LIMIT` latest-due are left off beyond it.
 
 This module only reads. It never imports Flask.
 """
@@ -70,7 +77,7 @@ from sqlalchemy.orm import Session
 from geneva_drive import counts, db, health, lateness, liveness, metrics_facade
 from geneva_drive.config import settings
 from geneva_drive.dialects import dialect_for
-from geneva_drive.models import StepExecution, Worker, utcnow
+from geneva_drive.models import ScheduleRow, StepExecution, Worker, utcnow
 from geneva_drive.states import StepState, WorkflowState
 from geneva_drive.workflow import Workflow
 
@@ -85,6 +92,9 @@ log = logging.getLogger("geneva_drive.metrics")
 WORKFLOW_STATES: tuple[str, ...] = tuple(s.value for s in WorkflowState)
 #: The worker states the snapshot counts (a stopped worker is history, not a figure to watch).
 WORKER_STATES: tuple[str, ...] = ("live", "expired")
+#: The most schedules the late gauge has a series for (the most late first): per-hero runtime
+#: schedules may be many, and one series each must not swamp the metrics store.
+SCHEDULE_SERIES_LIMIT = 500
 
 
 @dataclass(frozen=True)
@@ -124,12 +134,14 @@ class MetricsSnapshot:
     stuck_in_progress_threshold: timedelta
     #: Wall time the queries took, in seconds.
     query_seconds: float = 0.0
-    #: How many SQL statements :func:`collect` issued (6, or 2 on an empty database).
+    #: How many SQL statements :func:`collect` issued (7, or 3 on an empty database).
     query_count: int = 0
     #: Workers that have not stopped, by state (every state of :data:`WORKER_STATES`).
     workers: Mapping[str, int] = field(default_factory=lambda: dict.fromkeys(WORKER_STATES, 0))
     #: Executions in progress on a worker that is not live (the next sweep recovers them).
     expired_worker_steps: int = 0
+    #: Per schedule that fires: seconds its ``next_fire_at`` is in the past (0 when not).
+    schedules_late: Mapping[str, float] = field(default_factory=dict)
     _by_class: dict[str, ClassMetrics] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -204,7 +216,11 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
         states.setdefault(workflow_type, dict.fromkeys(WORKFLOW_STATES, 0))[state] = count
     per_class: dict[str, dict[str, Any]] = {t: {} for t in states}
     live, expired, held = session.execute(_workers(now)).one()
-    # No workflows means no executions: a fresh install scrapes in two queries.
+    late = {
+        str(name): max(0.0, (now - due).total_seconds())
+        for name, due in session.execute(_schedules_due())
+    }
+    # No workflows means no executions: a fresh install scrapes in three queries.
     if states:
         _count_executions(session, per_class, now, waiting_threshold, stuck_threshold)
     classes = tuple(
@@ -228,9 +244,10 @@ def collect(session: Session, now: datetime | None = None) -> MetricsSnapshot:
         waiting_visibility_threshold=waiting_threshold,
         stuck_in_progress_threshold=stuck_threshold,
         query_seconds=time.perf_counter() - started,
-        query_count=6 if states else 2,
+        query_count=7 if states else 3,
         workers={"live": int(live or 0), "expired": int(expired or 0)},
         expired_worker_steps=int(held or 0),
+        schedules_late=late,
     )
 
 
@@ -347,6 +364,17 @@ def _workers(now: datetime) -> Any:
         func.sum(case((and_(running, w.c.heartbeat_at <= cutoff), 1), else_=0)),
         held,
     ).select_from(w)
+
+
+def _schedules_due() -> Any:
+    """The name and next tick of every schedule that fires (not paused, not disabled), the most
+    late first, at most :data:`SCHEDULE_SERIES_LIMIT`."""
+    return (
+        select(ScheduleRow.name, ScheduleRow.next_fire_at)
+        .where(ScheduleRow.paused.is_(False), ScheduleRow.disabled_at.is_(None))
+        .order_by(ScheduleRow.next_fire_at, ScheduleRow.id)
+        .limit(SCHEDULE_SERIES_LIMIT)
+    )
 
 
 # --- the cache -------------------------------------------------------------------------------

@@ -107,6 +107,7 @@ class EventMetrics:
     children_joined: Counter
     limit_deferrals: Counter
     worker_recoveries: Counter
+    schedule_ticks: Counter
 
     @classmethod
     def create(cls, registry: CollectorRegistry | None) -> EventMetrics:
@@ -208,6 +209,14 @@ class EventMetrics:
                 ["workflow"],
                 registry=registry,
             ),
+            schedule_ticks=Counter(
+                "geneva_drive_schedule_ticks",
+                "Ticks of each schedule by what became of them: created (a workflow), "
+                "skipped_overlap (its previous run still went on, or the creation was refused), "
+                "missed (no dispatcher ran; catch_up decided), failed (creating it raised).",
+                ["schedule", "result"],
+                registry=registry,
+            ),
         )
 
     def collectors(self) -> list[Any]:
@@ -247,6 +256,7 @@ def install(
         instrumentation.child_joined.connect(_on_child_joined, weak=False)
         instrumentation.limit_deferred.connect(_on_limit_deferred, weak=False)
         instrumentation.worker_recovered.connect(_on_worker_recovered, weak=False)
+        instrumentation.schedule_ticked.connect(_on_schedule_ticked, weak=False)
         _metrics, _registry = metrics, registry
         return metrics
 
@@ -267,6 +277,7 @@ def uninstall() -> None:
         instrumentation.child_joined.disconnect(_on_child_joined)
         instrumentation.limit_deferred.disconnect(_on_limit_deferred)
         instrumentation.worker_recovered.disconnect(_on_worker_recovered)
+        instrumentation.schedule_ticked.disconnect(_on_schedule_ticked)
         if _registry is not None:
             for collector in _metrics.collectors():
                 _registry.unregister(collector)
@@ -365,6 +376,13 @@ def _on_worker_recovered(sender: Any, **payload: Any) -> None:
     if metrics is None:
         return
     metrics.worker_recoveries.labels(workflow_label(payload)).inc()
+
+
+def _on_schedule_ticked(sender: Any, **payload: Any) -> None:
+    metrics = _metrics
+    if metrics is None:
+        return
+    metrics.schedule_ticks.labels(str(payload.get("schedule")), str(payload.get("result"))).inc()
 
 
 def _on_housekeeping(sender: Any, **payload: Any) -> None:
@@ -484,6 +502,16 @@ def snapshot_metrics(snapshot: MetricsSnapshot) -> Iterator[Metric]:
         "recovers them (a value that stays above 0 means no sweep is running).",
         value=snapshot.expired_worker_steps,
     )
+    late = GaugeMetricFamily(
+        "geneva_drive_schedule_late_seconds",
+        "How far each schedule's next tick is in the past (0 when it is not): a sweep fires a "
+        "due tick within seconds, so a growing value means no dispatcher fires it. Paused and "
+        "disabled schedules have no series.",
+        labels=["schedule"],
+    )
+    for name, seconds in sorted(snapshot.schedules_late.items()):
+        late.add_metric([name], seconds)
+    yield late
     yield GaugeMetricFamily(
         "geneva_drive_oldest_overdue_seconds",
         "How late the most overdue scheduled step execution is (0 when none is).",

@@ -40,25 +40,28 @@ def test_snapshot_matches_the_seeded_rows(geneva_session, seeded):
     assert (snapshot.overdue, snapshot.stuck_in_progress) == (2, 1)
 
 
-def test_six_aggregate_queries_and_nothing_else(geneva_session, seeded, count_statements):
+def test_seven_queries_and_nothing_else(geneva_session, seeded, count_statements):
     with count_statements(get_engine()) as counter:
         snapshot = metrics.collect(geneva_session, now=seeded)
     selects = counter.selects()
-    assert len(selects) == 6 == snapshot.query_count
-    # Five grouped per class; one over the workers table (and the executions they hold).
+    assert len(selects) == 7 == snapshot.query_count
+    # Five grouped per class; one over the workers table (and the executions they hold); one
+    # over the schedules that fire (their next tick, for the late gauge).
     grouped = [s for s in selects if "GROUP BY" in s.upper()]
     assert len(grouped) == 5
-    [workers] = [s for s in selects if s not in grouped]
+    workers, schedules = [s for s in selects if s not in grouped]
     assert "geneva_drive_workers" in workers
+    assert "geneva_drive_schedules" in schedules
     # Nothing else but PostgreSQL's "SET LOCAL jit = off": no writes, no lazy loads.
     assert [s for s in counter.statements if s not in selects] in ([], ["SET LOCAL jit = off"])
 
 
-def test_an_empty_database_costs_two_queries(geneva_session, count_statements):
-    """The workflow counts, and the workers (who may run before any workflow exists)."""
+def test_an_empty_database_costs_three_queries(geneva_session, count_statements):
+    """The workflow counts, the workers and the schedules (both may exist before any
+    workflow does)."""
     with count_statements(get_engine()) as counter:
         snapshot = metrics.collect(geneva_session)
-    assert len(counter.selects()) == 2 == snapshot.query_count
+    assert len(counter.selects()) == 3 == snapshot.query_count
     assert snapshot.workers == {"live": 0, "expired": 0}
     assert snapshot.classes == ()
     assert snapshot.oldest_overdue_seconds == 0.0
@@ -101,10 +104,10 @@ def test_cache_serves_a_second_read_without_queries(geneva_session, seeded, coun
         after_second = len(counter.selects())
         clock.now += 0.2  # 5.1 s after the first read: expired
         third = cache.get()
-    assert after_first == 6
-    assert after_second == 6, "a read within the TTL must not touch the database"
+    assert after_first == 7
+    assert after_second == 7, "a read within the TTL must not touch the database"
     assert second is first
-    assert len(counter.selects()) == 12
+    assert len(counter.selects()) == 14
     assert third is not first
 
 
@@ -130,7 +133,7 @@ def test_an_expired_snapshot_is_served_while_one_thread_refreshes_it(
         assert cache.get() is first  # a second caller does not start a second refresh
         release.set()
         cache.join(timeout=30)
-    assert len(counter.selects()) == 6  # exactly one refresh, in the background
+    assert len(counter.selects()) == 7  # exactly one refresh, in the background
     refreshed = cache.get()
     assert refreshed is not first
     assert refreshed.taken_at > first.taken_at
@@ -138,7 +141,7 @@ def test_an_expired_snapshot_is_served_while_one_thread_refreshes_it(
     with count_statements(get_engine()) as counter:
         latest = cache.get()
     assert latest is not refreshed
-    assert len(counter.selects()) == 6
+    assert len(counter.selects()) == 7
 
 
 def test_a_failed_background_refresh_keeps_serving_the_last_snapshot(
@@ -172,7 +175,7 @@ def test_get_snapshot_max_age_zero_bypasses_the_cache(geneva_session, seeded, co
         metrics.get_snapshot()
         assert counter.count == 0
         metrics.get_snapshot(max_age=0)
-        assert len(counter.selects()) == 6
+        assert len(counter.selects()) == 7
 
 
 def test_concurrent_readers_share_one_refresh(geneva_session, seeded, count_statements):
@@ -194,7 +197,7 @@ def test_concurrent_readers_share_one_refresh(geneva_session, seeded, count_stat
             thread.join()
     assert len(results) == 8
     assert len({id(r) for r in results}) == 1
-    assert len(counter.selects()) == 6
+    assert len(counter.selects()) == 7
 
 
 def test_report_gauges_emits_the_gems_gauges(geneva_session, seeded):
