@@ -130,9 +130,9 @@ class Settings:
     #: limit; its hero is read again in the same transaction) is started in the commit of its
     #: predecessor's outcome instead of a transaction of its own: one transaction per step
     #: instead of two. The price: a worker
-    #: that dies right after that commit leaves the successor in progress, for housekeeping's
-    #: stuck recovery (``stuck_in_progress_threshold``), where otherwise it would leave it due
-    #: and unsent, for the dispatcher's next sweep.
+    #: that dies right after that commit leaves the successor in progress (recorded as its), for
+    #: the recovery of expired workers (``worker_lease`` plus a sweep), where otherwise it would
+    #: leave it due and unsent, for the dispatcher's next sweep.
     inline_successor_start_with_outcome: bool = False
     #: GENEVA_WORKER_HEARTBEAT_INTERVAL — how often a worker process renews its heartbeat
     #: (from a thread of its own, whatever its steps are doing).

@@ -603,8 +603,8 @@ class Executor:
                 self.session.rollback()
                 # A deadlock victim's transaction rolled back whole. With nothing of the body's
                 # in it, recording the outcome again is the whole remedy; with the body's writes
-                # in it, they are gone, and the execution stays in progress for housekeeping's
-                # stuck recovery to run the step again (what a crash here leads to).
+                # in it, they are gone, and the execution stays in progress, recovered as after
+                # a crash here (by its worker's lease, docs/MANUAL.md "When a worker dies").
                 if wrote or retry == _DEADLOCK_RETRIES or not db.is_deadlock(error):
                     raise
                 self.log.warning(

@@ -23,7 +23,7 @@ The rules (docs/MANUAL.md, "How a step runs"):
   (Opt-in, ``settings.inline_successor_start_with_outcome``: a successor whose start runs no
   application code is started in the outcome's own commit instead, engine/executor.py
   ``_start_successor``; there is then no gap, and a worker killed after it leaves the successor
-  in progress for stuck recovery.)
+  in progress, recovered once that worker's lease has expired: engine/liveness.py.)
 * A successor's own exception is its own: its outcome is committed and reported under its
   execution (and job id) like any step's, and the task that delivered the first step ends
   without raising it (that step succeeded). Nothing the

@@ -45,7 +45,8 @@ Definitions (the numbers the alerts in ``docs/prometheus-rules.yml`` fire on):
   execution on purpose; it is counted by ``paused_ratio``, not here, so that pausing never
   pages anyone.
 * **stuck in progress** — executions ``in_progress`` that started longer ago than
-  ``settings.stuck_in_progress_threshold`` (exactly what housekeeping will recover).
+  ``settings.stuck_in_progress_threshold`` and no registered worker started (exactly what
+  housekeeping will recover by age; a worker's executions are judged by its lease instead).
 * **paused ratio** — paused / all workflows of a class, finished and canceled included
   (the gem's denominator).
 * **workers** — registered worker processes that have not stopped, ``live`` (a heartbeat

@@ -461,7 +461,8 @@ def snapshot_metrics(snapshot: MetricsSnapshot) -> Iterator[Metric]:
     )
     stuck = GaugeMetricFamily(
         "geneva_drive_stuck_in_progress",
-        "Step executions in progress for longer than stuck_in_progress_threshold.",
+        "Step executions in progress for longer than stuck_in_progress_threshold that no "
+        "registered worker started (a worker's are judged by its lease).",
         labels=["workflow"],
     )
     unexplained = GaugeMetricFamily(
