@@ -749,9 +749,10 @@ def workflow_detail(
     controls = action_controls(workflow.state, user, workflow.id)
     if stranded_on is not None:
         # Resume would run the missing step again (StepNotDefinedError) or jump, unannounced,
-        # to whatever next_step_name still says: only Resume at (a step that exists) or the
-        # stranded drain get it moving.
-        controls = [c for c in controls if c.name != Operation.RESUME]
+        # to whatever next_step_name still says, and Reattempt is a resume here: neither can
+        # do what its confirmation says. Only Resume at (a step that exists) or the stranded
+        # drain get it moving; the engine refuses the other two with that way out.
+        controls = [c for c in controls if c.name not in (Operation.RESUME, Operation.REATTEMPT)]
         if not any(b.label == "stranded" for b in row.badges):
             row.badges.append(Badge("stranded", "bad"))
     metadata = {k: v for k, v in (workflow.metadata_ or {}).items() if k != "step_job_options"}

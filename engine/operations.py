@@ -192,6 +192,9 @@ def stranded_step(session: Any, workflow: Workflow) -> str | None:
     """
     current = scheduling.current_execution(session, workflow)
     if current is None:
+        failed = _failed_not_defined(session, workflow)
+        if failed is not None:
+            return failed
         if (
             workflow.steps.named(workflow.next_step_name) is None
             and _continuation_point(session, workflow) is None
@@ -201,6 +204,33 @@ def stranded_step(session: Any, workflow: Workflow) -> str | None:
     if current.state == StepState.WAITING and workflow.steps.named(current.step_name) is None:
         return str(current.step_name)
     return None
+
+
+#: What the executor records on an execution whose step its class does not define.
+_STEP_NOT_DEFINED = f"{StepNotDefinedError.__module__}.{StepNotDefinedError.__qualname__}"
+
+
+def _failed_not_defined(session: Any, workflow: Workflow) -> str | None:
+    """The step of the workflow's latest execution when it failed because the class does not
+    define it (the pause the executor makes of a stranded run), and still does not.
+
+    That execution, not ``next_step_name``, is where the workflow stopped: the two differ when
+    the execution's step name was not the workflow's pointer, and running the pointer's step
+    would start a step the operator never asked for."""
+    last = session.scalars(
+        select(StepExecution)
+        .where(StepExecution.workflow_id == workflow.id)
+        .order_by(StepExecution.id.desc())
+        .limit(1)
+    ).first()
+    if (
+        last is None
+        or last.state != StepState.FAILED
+        or last.error_class_name != _STEP_NOT_DEFINED
+        or workflow.steps.named(last.step_name) is not None
+    ):
+        return None
+    return str(last.step_name)
 
 
 def unrunnable_current_step(workflow: Workflow) -> str | None:
@@ -261,11 +291,13 @@ def _runnable_names(workflow: Workflow) -> str:
     return ", ".join(names) if names else "(none)"
 
 
-def _stranded_error(workflow: Workflow, step: str | None = None) -> StepNotDefinedError:
+def _stranded_error(
+    workflow: Workflow, step: str | None = None, verb: str = "resume"
+) -> StepNotDefinedError:
     cls = type(workflow).__name__
     step = step or workflow.next_step_name
     return StepNotDefinedError(
-        f"Cannot resume {_label(workflow)}: step '{step}' is no longer defined in {cls}. Pick "
+        f"Cannot {verb} {_label(workflow)}: step '{step}' is no longer defined in {cls}. Pick "
         f"the step to continue from with resume_at(step_name) - the steps still defined are "
         f"{_runnable_names(workflow)} - or cancel() the workflow. To stop future removals from "
         f"stranding workflows this way, leave `{step} = removed_step()` in place of the deleted "
@@ -365,8 +397,18 @@ def _check_slot_free(session: Any, workflow: Workflow, target: Any) -> None:
 
 def reattempt(workflow: Workflow) -> StepExecution | None:
     """Operator reattempt: a paused workflow is resumed (retrying its step); a ready one runs
-    its current step again now."""
+    its current step again now.
+
+    A paused workflow stranded on a step its class no longer defines is refused, naming the
+    way out (``resume_at``): a resume could only run another step than the one it stopped on,
+    which is not what "run the current step again" promises (docs/MANUAL.md, "Recovering a
+    stranded workflow with resume_at")."""
     if workflow.state == WorkflowState.PAUSED:
+        session = _locked(workflow)
+        if workflow.state == WorkflowState.PAUSED:
+            stranded = stranded_step(session, workflow)
+            if stranded is not None:
+                raise _stranded_error(workflow, stranded, verb="reattempt")
         return resume(workflow)
     if workflow.state != WorkflowState.READY:
         raise InvalidStateError(

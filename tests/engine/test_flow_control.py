@@ -509,6 +509,64 @@ def test_operator_reattempt_on_paused_resumes(geneva_session, flow):
     assert wf.state == "ready"
 
 
+def _stranded_on_an_execution(geneva_session):
+    """Paused by StepNotDefinedError on ``send_sms``, an execution's step the class never
+    defined, while the workflow's own pointer still names its first step (the demo's
+    ``/workflows/107``): resume() would run ``a``, not the step it is stranded on."""
+
+    class FlowStrandedExec(Workflow):
+        @step
+        def a(self):
+            pass
+
+        @step
+        def c(self):
+            pass
+
+    wf = FlowStrandedExec.create(hero=make_order(geneva_session))
+    geneva_session.execute(
+        update(StepExecution).where(StepExecution.workflow_id == wf.id).values(step_name="send_sms")
+    )
+    geneva_session.commit()
+    geneva_session.expire_all()
+    with pytest.raises(StepNotDefinedError):
+        perform_next_step(wf)
+    assert wf.state == "paused" and wf.next_step_name == "a"
+    return wf
+
+
+def test_operator_reattempt_of_a_stranded_workflow_is_refused_with_the_way_out(geneva_session):
+    wf = _stranded_on_an_execution(geneva_session)
+    before = summary(geneva_session, wf)
+    with pytest.raises(StepNotDefinedError) as info:
+        wf.reattempt()
+    message = str(info.value)
+    assert message.startswith(
+        f"Cannot reattempt FlowStrandedExec #{wf.id}: step 'send_sms' is no longer defined"
+    )
+    assert "resume_at(step_name)" in message and "the steps still defined are a, c" in message
+    geneva_session.rollback()
+    geneva_session.refresh(wf)
+    assert wf.state == "paused" and summary(geneva_session, wf) == before
+    # resume() of the same workflow would run `a`, which is not the step it stopped on.
+    with pytest.raises(StepNotDefinedError, match=r"Cannot resume FlowStrandedExec #.*'send_sms'"):
+        wf.resume()
+    geneva_session.rollback()
+    assert wf.resume_at("c").step_name == "c"
+
+
+def test_operator_reattempt_of_a_workflow_stranded_on_its_next_step_says_reattempt(
+    geneva_session,
+):
+    wf = _stranded(geneva_session)
+    with pytest.raises(StepNotDefinedError) as info:
+        wf.reattempt()
+    assert str(info.value).startswith(
+        f"Cannot reattempt FlowStrandedV2 #{wf.id}: step 'deleted' is no longer defined"
+    )
+    assert "resume_at(step_name)" in str(info.value)
+
+
 # --- removed_steps_in_flight -------------------------------------------------------------------
 
 
