@@ -679,12 +679,27 @@ def overview(
 
 
 @dataclass(frozen=True)
+class PlanSlot:
+    """One line of a stranded group's plan: a step of the class (``step``), a gravestone
+    (``removed``), or the missing step shown where it sat (``gap``; ``removed-gap`` when a
+    gravestone marks the place)."""
+
+    name: str
+    kind: str
+
+
+@dataclass(frozen=True)
 class StrandedGroup:
     workflow_class: str
     step_name: str
     count: int
     class_known: bool
     runnable_steps: list[str]
+    #: The class's steps in order with the missing step in the place it sat (empty when the
+    #: class is not loaded).
+    plan: list[PlanSlot] = field(default_factory=list)
+    #: The runnable step right after the gap: what the Step select offers first.
+    default_step: str | None = None
 
 
 def is_stranded_step(type_name: str, step_name: str | None) -> bool:
@@ -737,9 +752,10 @@ def stranded_groups(session: Session) -> list[StrandedGroup]:
     them). The "is it defined" test is the class's own step collection: no second step list.
     """
     counts: dict[tuple[str, str], int] = {}
+    examples: dict[tuple[str, str], int] = {}
     later = aliased(StepExecution)
     by_error = session.execute(
-        select(Workflow.type, StepExecution.step_name, func.count())
+        select(Workflow.type, StepExecution.step_name, func.count(), func.min(Workflow.id))
         .join(StepExecution, StepExecution.workflow_id == Workflow.id)
         .where(
             Workflow.state == WorkflowState.PAUSED,
@@ -753,20 +769,27 @@ def stranded_groups(session: Session) -> list[StrandedGroup]:
         )
         .group_by(Workflow.type, StepExecution.step_name)
     )
-    for type_name, step_name, count in by_error:
+    for type_name, step_name, count, example in by_error:
         counts[(type_name, step_name)] = int(count)
+        examples[(type_name, step_name)] = int(example)
     by_name = session.execute(
-        select(Workflow.type, Workflow.next_step_name, func.count())
+        select(Workflow.type, Workflow.next_step_name, func.count(), func.min(Workflow.id))
         .where(Workflow.state == WorkflowState.PAUSED, ~_latest_failed_not_defined())
         .group_by(Workflow.type, Workflow.next_step_name)
     )
-    for type_name, next_step, count in by_name:
+    for type_name, next_step, count, example in by_name:
         if next_step is not None and is_stranded_step(type_name, next_step):
             key = (type_name, next_step)
             counts[key] = counts.get(key, 0) + int(count)
+            examples.setdefault(key, int(example))
     groups = []
     for (type_name, step_name), count in counts.items():
         cls = workflow_class(type_name)
+        plan, default = (
+            _plan_with_gap(session, cls, step_name, examples[(type_name, step_name)])
+            if cls is not None
+            else ([], None)
+        )
         groups.append(
             StrandedGroup(
                 workflow_class=type_name,
@@ -774,9 +797,45 @@ def stranded_groups(session: Session) -> list[StrandedGroup]:
                 count=count,
                 class_known=cls is not None,
                 runnable_steps=[s.name for s in cls.steps.runnable] if cls is not None else [],
+                plan=plan,
+                default_step=default,
             )
         )
     return sorted(groups, key=lambda g: (-g.count, g.workflow_class, g.step_name))
+
+
+#: Executions of the example workflow read to find the step the missing one came after.
+_GAP_LOOKBACK = 20
+
+
+def _plan_with_gap(
+    session: Session, cls: Any, step_name: str, example_id: int
+) -> tuple[list[PlanSlot], str | None]:
+    """The class's plan with ``step_name`` shown where it sat, and the runnable step after it.
+
+    A gravestone marks the place itself. A step deleted outright is no longer in the class, so
+    its place is read from the history of one workflow of the group (the oldest): it came
+    right after the last step that workflow ran before it (the start, when it ran none)."""
+    slots = [PlanSlot(d.name, "removed" if d.removed else "step") for d in cls.steps]
+    here = cls.steps.named(step_name)
+    if here is not None:
+        slots = [PlanSlot(s.name, "removed-gap") if s.name == here.name else s for s in slots]
+        after = cls.steps.next_after(here.name)
+        return slots, after.name if after is not None else None
+    before = None
+    for name in session.scalars(
+        select(StepExecution.step_name)
+        .where(StepExecution.workflow_id == example_id, StepExecution.step_name != step_name)
+        .order_by(StepExecution.id.desc())
+        .limit(_GAP_LOOKBACK)
+    ):
+        if cls.steps.named(name) is not None:
+            before = cls.steps.named(name).name
+            break
+    index = 0 if before is None else cls.steps.index(before) + 1
+    slots.insert(index, PlanSlot(step_name, "gap"))
+    after = cls.steps.next_after(before)
+    return slots, after.name if after is not None else None
 
 
 # --- failures ----------------------------------------------------------------------------------

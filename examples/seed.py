@@ -258,7 +258,9 @@ def _seed_onboarding(rng: random.Random, scale: float) -> int:
             if (i // 12) % 2 == 1:
                 _operate(wf, "cancel")
             else:
-                # Stranded: its step was deleted without a gravestone; the run pauses it.
+                # Stranded: the step after send_welcome (send_sms) was deleted without a
+                # gravestone; the run pauses it. /stranded shows the gap after send_welcome.
+                _advance(wf, 1)
                 _move_current(wf, step_name="send_sms")
                 _advance(wf, 1)
         else:
