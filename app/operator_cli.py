@@ -289,11 +289,22 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, default=str, sort_keys=True))
 
 
+#: Longest database text (an error message, a why line) printed on one line.
+TEXT_LIMIT = 2000
+
+
+def _text(value: Any) -> str:
+    """Database text (class, step and signal names, error messages, audit messages) as one
+    printable line: a newline, a CR or a terminal escape in it must not forge a row or move
+    the cursor (:func:`geneva_drive.logsafe.escape`). JSON output needs none of this."""
+    return escape("" if value is None else value, TEXT_LIMIT)
+
+
 def _fail(message: str, as_json: bool) -> int:
     if as_json:
         _print_json({"ok": False, "error": message})
     sys.stdout.flush()
-    print(f"geneva-drive: {message}", file=sys.stderr)
+    print(f"geneva-drive: {_text(message)}", file=sys.stderr)
     return REFUSED
 
 
@@ -372,9 +383,8 @@ def cmd_list(args: argparse.Namespace) -> int:
             return 0
         for r in rows:
             badges = ",".join(_badge_labels(runtime, r))
-            print(
-                f"#{r.id}\t{r.workflow_class}\t{badges}\t{r.next_step or '-'}\t{_why(runtime, r)}"
-            )
+            cells = [r.workflow_class, badges, r.next_step or "-", _why(runtime, r)]
+            print("\t".join([f"#{r.id}", *(_text(cell) for cell in cells)]))
         if not rows:
             _note("No workflows match.")
         if page.older:
@@ -401,17 +411,18 @@ def cmd_show(args: argparse.Namespace) -> int:
             _print_json(data)
             return 0
         row = detail.row
-        print(f"{row.workflow_class} #{row.id}  {', '.join(_badge_labels(runtime, row))}")
-        print(f"  why:   {_why(runtime, row)}")
-        print(f"  hero:  {row.hero_type or '-'} {row.hero_id or ''}".rstrip())
-        print(f"  next:  {row.next_step or '-'}")
+        badges = ", ".join(_badge_labels(runtime, row))
+        print(f"{_text(row.workflow_class)} #{row.id}  {_text(badges)}")
+        print(f"  why:   {_text(_why(runtime, row))}")
+        print(f"  hero:  {_text(row.hero_type or '-')} {_text(row.hero_id or '')}".rstrip())
+        print(f"  next:  {_text(row.next_step or '-')}")
         if unknown:
-            print(f"  plan:  {UNKNOWN_CLASS}: {row.workflow_class} is not loaded here")
+            print(f"  plan:  {UNKNOWN_CLASS}: {_text(row.workflow_class)} is not loaded here")
         else:
-            print("  plan:  " + "  ".join(f"{s.name} [{s.status}]" for s in detail.plan))
+            print("  plan:  " + "  ".join(f"{_text(s.name)} [{s.status}]" for s in detail.plan))
         print("  timeline:")
         for entry in detail.timeline:
-            print(f"    {entry.at:%Y-%m-%d %H:%M:%S} {_timeline_text(entry)}")
+            print(f"    {entry.at:%Y-%m-%d %H:%M:%S} {_text(_timeline_text(entry))}")
         return 0
 
     return _run(args, body)
@@ -635,10 +646,10 @@ def _preview(
         )
         return 0
     noun = "workflow" if len(preview.eligible) == 1 else "workflows"
-    text = f"{_label(action, args)}: {len(preview.eligible):,} {noun} would be changed"
+    text = f"{_text(_label(action, args))}: {len(preview.eligible):,} {noun} would be changed"
     if preview.not_done:
         # not_done counts refused and gone rows alike: "refused" would miscount the gone.
-        text += f", {preview.not_done:,} would not be done ({'; '.join(preview.reasons())})"
+        text += f", {preview.not_done:,} would not be done ({_text('; '.join(preview.reasons()))})"
     # Without --dry-run this preview is shown only when nothing matched: no "dry run" then.
     print(text + (" (dry run; nothing changed)." if args.dry_run else " (nothing changed)."))
     if preview.eligible:
@@ -693,19 +704,21 @@ def report_outcome(label: str, outcome: dict[str, Any], *, as_json: bool) -> int
     if as_json:
         _print_json(outcome)
     else:
-        summary = f"{label}: {outcome['done']} done"
+        summary = f"{_text(label)}: {outcome['done']} done"
         if outcome["refused"]:
             summary += f", {outcome['refused']} refused"
         if outcome["gone"]:
             summary += f", {outcome['gone']} no longer exist"
         summary += "."
+        # The messages name steps and signals from the database, and the engine's refusals
+        # quote them: one escaped line each.
         if outcome["ok"]:
             for line in outcome["messages"]:
-                print(line)
+                print(_text(line))
             print(summary)
         else:
             sys.stdout.flush()
             for line in outcome["messages"]:
-                print(line, file=sys.stderr)
+                print(_text(line), file=sys.stderr)
             print(summary, file=sys.stderr)
     return 0 if outcome["ok"] else REFUSED

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import keyword
 import sys
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -36,6 +37,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive import registry
 from geneva_drive.errors import ConfigurationError
+from geneva_drive.logsafe import escape
 from geneva_drive.models import StepExecution
 from geneva_drive.signal_matcher import matcher_name
 from geneva_drive.states import (
@@ -121,10 +123,8 @@ def _current_executions(session: Session) -> Iterable[Finding]:
         if cls is None or cls.steps.named(step_name) is not None:
             continue
         guess = _guess(cls, step_name)
-        fix = (
-            f'{step_name} = renamed_step(to="{guess}")'
-            if guess
-            else f"{step_name} = removed_step()"
+        fix = _class_line(
+            step_name, f"renamed_step(to={_literal(guess)}" if guess else "removed_step("
         )
         yield Finding(
             kind="undefined_step",
@@ -138,7 +138,11 @@ def _current_executions(session: Session) -> Iterable[Finding]:
                 "would pause as stranded"
             ),
             fix=f"{fix}  # in the body of class {cls.__name__}"
-            + ("" if guess else f' (or {step_name} = renamed_step(to="<its new name>"))'),
+            + (
+                ""
+                if guess
+                else f" (or {_class_line(step_name, 'renamed_step(to=' + _literal('<its new name>'))})"
+            ),
         )
 
 
@@ -163,9 +167,10 @@ def _unknown_classes(session: Session) -> Iterable[Finding]:
                 "defines (GENEVA_WORKFLOW_MODULES), or the new code deleted or renamed"
             ),
             fix=(
-                f'session.get(Workflow, {example}).resume_at("<step>", workflow_class="<new '
-                f'class>")  # after pausing it; or keep `workflow_name = "{type_name}"` on the '
-                "renamed class"
+                f"add the module that defines {_literal(type_name)} to GENEVA_WORKFLOW_MODULES; if the "
+                f"new code renamed the class, keep `workflow_name = {_literal(type_name)}` on it; if it "
+                f"deleted it, pause each and session.get(Workflow, {example}).resume_at("
+                '"<step>", workflow_class="<new class>")'
             ),
         )
 
@@ -201,7 +206,7 @@ def _paused_on_missing_steps(session: Session) -> Iterable[Finding]:
                 f"{count} paused {type_name} workflow(s) are stranded on '{step_name}', which "
                 f"{type_name} no longer defines"
             ),
-            fix=f'session.get(Workflow, {example}).resume_at("{target}")  # for each of them',
+            fix=f"session.get(Workflow, {example}).resume_at({_literal(target)})  # for each of them",
         )
 
 
@@ -268,8 +273,8 @@ def _wait_finding(
         example_id=example,
         problem=problem,
         fix=(
-            f'@step(wait_for="{awaited}")  # keep {step}\'s old wait_for until these drain; '
-            "change it in a later deploy"
+            f"@step(wait_for={_literal(awaited)})  # keep the old wait_for of {_literal(step)} until these "
+            "drain; change it in a later deploy"
         ),
     )
 
@@ -281,10 +286,12 @@ def _drained(session: Session) -> Iterable[Drained]:
         in_flight = cls.removed_steps_in_flight(session)
         for gravestone in cls.steps.removed:
             if not in_flight.get(gravestone.name):
-                yield Drained(name, f"{gravestone.name} = removed_step()")
+                yield Drained(name, _class_line(gravestone.name, "removed_step("))
         for old, count in cls.renamed_steps_in_flight(session).items():
             if not count:
-                yield Drained(name, f'{old} = renamed_step(to="{cls.steps.renamed[old]}")')
+                yield Drained(
+                    name, _class_line(old, f"renamed_step(to={_literal(cls.steps.renamed[old])}")
+                )
 
 
 def _guess(cls: type[Workflow], step_name: str) -> str | None:
@@ -297,12 +304,35 @@ def _guess(cls: type[Workflow], step_name: str) -> str | None:
     return containing[0] if len(containing) == 1 else None
 
 
+def _literal(text: str) -> str:
+    """``repr(text)``, in double quotes when the text holds none (as the manual writes them):
+    a Python literal whatever the stored name holds, escapes and all."""
+    literal = repr(text)
+    if literal.startswith("'") and '"' not in text:
+        literal = '"' + literal[1:-1].replace("\\'", "'") + '"'
+    return literal
+
+
+def _class_line(step_name: str, call: str) -> str:
+    """A line of a class body naming ``step_name``: ``capture = removed_step()``, or, for a
+    stored name that is not a Python identifier, the name passed as a quoted argument (never
+    pasted raw into code: a name holding quotes or a newline must not become code)."""
+    if step_name.isidentifier() and not keyword.iskeyword(step_name):
+        return f"{step_name} = {call})"
+    separator = "" if call.endswith("(") else ", "
+    return f"old_step = {call}{separator}name={_literal(step_name)})"
+
+
 def _first_runnable(cls: type[Workflow]) -> str:
     first = cls.steps.next_after(None)
     return first.name if first is not None else "<step>"
 
 
 # --- output -----------------------------------------------------------------------------------
+
+
+#: Longest problem or fix text printed (they name a class, a step and a signal at most).
+_TEXT_LIMIT = 2000
 
 
 def render(report: DeployReport, as_json: bool = False) -> str:
@@ -318,15 +348,19 @@ def render(report: DeployReport, as_json: bool = False) -> str:
             "strand or wedge ongoing workflows:"
         )
         for f in report.problems:
-            where = f"{f.workflow_class}.{f.step}" if f.step else f.workflow_class
+            # Class, step and signal names come from the database: escaped, so a name holding
+            # a newline or a terminal escape cannot forge a line or move the cursor. The fix
+            # is code, built with repr() of every such name: printable, and kept pasteable.
+            where = escape(f"{f.workflow_class}.{f.step}" if f.step else f.workflow_class)
             lines.append("")
             lines.append(f"  [{f.kind}] {where}: {f.count} (e.g. workflow #{f.example_id})")
-            lines.append(f"    {f.problem}")
-            lines.append(f"    fix: {f.fix}")
+            lines.append(f"    {escape(f.problem, _TEXT_LIMIT)}")
+            fix = f.fix if f.fix.isprintable() else escape(f.fix, _TEXT_LIMIT)
+            lines.append(f"    fix: {fix}")
     if report.drained:
         lines.append("")
         lines.append("Drained (nothing refers to them any more; safe to delete the line):")
-        lines.extend(f"  {d.workflow_class}: {d.line}" for d in report.drained)
+        lines.extend(f"  {escape(d.workflow_class)}: {escape(d.line)}" for d in report.drained)
     return "\n".join(lines)
 
 

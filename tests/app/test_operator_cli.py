@@ -488,6 +488,129 @@ def test_a_bulk_action_with_workflows_gone_meanwhile_is_not_ok(capsys):
     assert (printed["gone"], printed["ok"]) == (1, False)
 
 
+# --- stranded workflows --------------------------------------------------------------------------
+
+
+def _stranded_onboarding() -> int:
+    """An onboarding paused on ``send_sms``, a step its class does not define, while the
+    workflow's own pointer still names ``send_welcome`` (the demo's stranded rows)."""
+    from geneva_drive.examples import seed
+    from geneva_drive.examples.models import DemoCustomer
+    from geneva_drive.examples.onboarding import OnboardingWorkflow
+
+    seed._work.enabled = False
+    try:
+        workflow_id = seed._create(OnboardingWorkflow, DemoCustomer(email="sms@example.com"))
+        seed._move_current(workflow_id, step_name="send_sms")
+        seed._advance(workflow_id, 1)
+    finally:
+        seed._work.enabled = True
+    assert _workflow(workflow_id).state == "paused"
+    return workflow_id
+
+
+def _executions(workflow_id: int) -> list[tuple[str, str]]:
+    with db.new_session() as session:
+        return [
+            (e.step_name, e.state)
+            for e in session.scalars(
+                select(StepExecution)
+                .where(StepExecution.workflow_id == workflow_id)
+                .order_by(StepExecution.id)
+            )
+        ]
+
+
+def test_reattempt_of_a_stranded_workflow_is_refused_with_the_apis_message(demo, cli):
+    """Reattempt would run `send_welcome`, not the `send_sms` it stopped on: refused, with the
+    way out (resume_at), in the words the Python API uses; nothing is scheduled."""
+    workflow_id = _stranded_onboarding()
+    before = _executions(workflow_id)
+    with db.new_session() as session:
+        workflow = session.get(Workflow, workflow_id)
+        assert workflow is not None
+        with pytest.raises(Exception) as info:
+            workflow.reattempt()
+        session.rollback()
+    api_message = str(info.value)
+    assert api_message.startswith(
+        f"Cannot reattempt OnboardingWorkflow #{workflow_id}: step 'send_sms' is no longer "
+        "defined in OnboardingWorkflow."
+    )
+    assert "resume_at(step_name)" in api_message
+
+    refused = cli("workflows", "reattempt", str(workflow_id))
+    assert refused.returncode == 1, refused.stdout
+    assert f"#{workflow_id}: {api_message}" in refused.stderr
+    assert "Step scheduled to run again" not in refused.stdout + refused.stderr
+    assert _executions(workflow_id) == before
+    assert _workflow(workflow_id).state == "paused"
+    (row,) = _audit(workflow_id=workflow_id)
+    assert (row.action, row.result) == ("reattempt", "refused")
+
+    resumed = cli("workflows", "resume", str(workflow_id))
+    assert resumed.returncode == 1
+    assert "step 'send_sms' is no longer defined" in resumed.stderr
+    assert _executions(workflow_id) == before
+
+    dry = cli("workflows", "reattempt", str(workflow_id), "--dry-run")
+    assert "0 workflows would be changed, 1 would not be done" in dry.stdout
+    assert "stranded on a step OnboardingWorkflow no longer defines (use resume-at" in dry.stdout
+
+
+# --- database text on a terminal -----------------------------------------------------------------
+
+#: What a hostile or broken row may hold: a colour escape, a CR that rewinds the line and a
+#: newline that starts a forged one.
+HOSTILE = "\x1b[31mred\rback\nforged #1\tOnboardingWorkflow"
+
+
+def _no_raw_control(text: str) -> None:
+    for raw in ("\x1b", "\r"):
+        assert raw not in text, text
+    assert not any(line.startswith("forged") for line in text.splitlines()), text
+
+
+def test_database_text_is_printed_escaped(demo, cli):
+    """Error messages, step names and class names from the database reach the terminal as one
+    escaped line each, in list, show, an action's messages and a dry run's reasons."""
+    from sqlalchemy import update
+
+    feed = demo["feeds"][0]
+    ready = demo["ready"][0]
+    with db.transaction() as session:
+        session.execute(
+            update(StepExecution)
+            .where(StepExecution.workflow_id == feed, StepExecution.state == "failed")
+            .values(error_message=HOSTILE, error_class_name=f"Err{HOSTILE}")
+        )
+        session.execute(
+            update(Workflow).where(Workflow.id == feed).values(next_step_name=f"step{HOSTILE}")
+        )
+        session.execute(update(Workflow).where(Workflow.id == ready).values(type=f"Gone{HOSTILE}"))
+    listed = cli("workflows", "list")
+    assert listed.returncode == 0, listed.stderr
+    _no_raw_control(listed.stdout + listed.stderr)
+    rows = [line for line in listed.stdout.splitlines() if line.startswith("#")]
+    assert all(len(line.split("\t")) == 5 for line in rows), rows  # the columns stay aligned
+    assert "\\x1b[31mred\\x0dback\\x0aforged #1\\x09OnboardingWorkflow" in listed.stdout
+
+    shown = cli("workflows", "show", str(feed))
+    assert shown.returncode == 0, shown.stderr
+    _no_raw_control(shown.stdout)
+    assert "\\x1b[31mred" in shown.stdout
+
+    gone = cli("workflows", "show", str(ready))
+    _no_raw_control(gone.stdout + gone.stderr)
+
+    skipped = cli("workflows", "skip", str(feed))  # "Skipped `step…`." names the step
+    _no_raw_control(skipped.stdout + skipped.stderr)
+    assert "Skipped `step\\x1b[31mred" in skipped.stdout + skipped.stderr
+
+    dry = cli("workflows", "reattempt", str(ready), "--dry-run")
+    _no_raw_control(dry.stdout + dry.stderr)
+
+
 def test_error_filter_takes_the_short_class_name_the_list_prints(demo, cli):
     """The list prints "paused after `LabelPrinterOffline` in `print_label`"; ``--error`` with
     that short name finds the same workflows as the full dotted name."""

@@ -290,3 +290,80 @@ def test_workflows_show_explains_a_workflow_parked_on_a_renamed_step(
     why = next(line for line in shown.stdout.splitlines() if line.strip().startswith("why:"))
     assert "None" not in why
     assert "stranded: parked on `capture`, which is no longer defined" in why
+
+
+def test_a_partial_module_list_reports_the_classes_it_does_not_load(check_deploy, geneva_session):
+    """``GENEVA_WORKFLOW_MODULES`` naming only some of the modules: the ongoing workflows of the
+    classes it leaves out are a problem (count, example, the fix), never an "OK"."""
+    namespace: dict[str, object] = {}
+    exec(compile(OLD_MODULE, "old_code", "exec"), namespace)
+    loaded = namespace["CliCheckout"].create(hero=make_order(geneva_session))
+    other: dict[str, object] = {}
+    exec(compile(OTHER_MODULE, "other_code", "exec"), other)
+    left_out = [
+        other["CdLeftOut"].create(hero=make_order(geneva_session), allow_multiple=True)
+        for _ in range(2)
+    ]
+    left_out[1].pause()
+    geneva_session.commit()
+    unregister("CdLeftOut")
+    assert loaded.state == "ready"
+
+    partial = check_deploy("cd_fixed")
+    assert partial.returncode == 1, partial.stdout + partial.stderr
+    assert not partial.stdout.startswith("check-deploy: OK")
+    assert f"[class_not_defined] CdLeftOut: 2 (e.g. workflow #{left_out[0].id})" in partial.stdout
+    assert "GENEVA_WORKFLOW_MODULES" in partial.stdout
+    as_json = json.loads(check_deploy("cd_fixed", "--json").stdout)
+    assert as_json["ok"] is False
+    (problem,) = [p for p in as_json["problems"] if p["workflow_class"] == "CdLeftOut"]
+    assert (problem["kind"], problem["count"]) == ("class_not_defined", 2)
+    assert problem["fix"].startswith('add the module that defines "CdLeftOut" to')
+
+
+OTHER_MODULE = """
+from geneva_drive import Workflow, step
+
+class CdLeftOut(Workflow):
+    @step
+    def only(self):
+        pass
+"""
+
+
+EVIL = "cap\x1b[31mture\r\nimport os\u2028"
+
+
+def test_names_from_the_database_are_escaped_in_the_text_and_quoted_in_the_fix(geneva_session):
+    """A step or class name holding a terminal escape, CR or newline neither forges a line nor
+    colours the terminal, and the fix line quotes it with repr() instead of pasting it raw."""
+    from sqlalchemy import update
+
+    from geneva_drive.models import StepExecution
+
+    on_step = _old_code(geneva_session, "CdEvilStep")
+    geneva_session.execute(
+        update(StepExecution).where(StepExecution.workflow_id == on_step).values(step_name=EVIL)
+    )
+    gone_class = _old_code(geneva_session, "CdEvilGone")
+    geneva_session.execute(
+        update(Workflow).where(Workflow.id == gone_class).values(type=f"Evil\x1b[2J{EVIL}")
+    )
+    geneva_session.commit()
+    _new_code("CdEvilStep", {"ship": step(_noop)})
+    report = deploy.check(geneva_session)
+    text = deploy.render(report)
+    for raw in ("\x1b", "\r", "\u2028"):
+        assert raw not in text
+    assert "import os" not in [line.strip() for line in text.splitlines()]
+    (on_step_finding,) = _mine(report, "CdEvilStep")
+    quoted = '"' + repr(EVIL)[1:-1] + '"'
+    assert on_step_finding.fix.startswith(f"old_step = removed_step(name={quoted})")
+    assert f"fix: old_step = removed_step(name={quoted})" in text  # pasteable as printed
+    assert "CdEvilStep.cap\\x1b[31mture\\x0d\\x0aimport os" in text
+    (gone,) = _mine(report, f"Evil\x1b[2J{EVIL}")
+    assert "workflow_name = " + '"' + repr(f"Evil\x1b[2J{EVIL}")[1:-1] + '"' in gone.fix
+    for finding in report.problems:
+        assert "\n" not in finding.fix and "\x1b" not in finding.fix
+    # The JSON keeps the names as they are stored, escaped by JSON itself.
+    assert json.loads(deploy.render(report, as_json=True))["problems"]
