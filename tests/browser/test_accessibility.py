@@ -40,6 +40,7 @@ PAGES = [
     "/workflows?limit=tenant-sync&limit_key=acme.example",
     "/unexplained",
     "/workers",
+    "/schedules",
 ]
 
 
