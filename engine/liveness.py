@@ -412,21 +412,39 @@ def hold_lease(name: str, duration: timedelta, holder: str | None = None) -> Ite
 
     renewer = threading.Thread(target=renew, name=f"geneva-lease-{name}", daemon=True)
     renewer.start()
+    _held[(name, me)] = done
     try:
         yield True
     finally:
         done.set()
         renewer.join(5.0)
-        try:
-            with db.transaction() as session:
-                session.execute(
-                    update(Lease)
-                    .where(Lease.name == name, Lease.holder == me)
-                    .values(expires_at=utcnow())
-                    .execution_options(synchronize_session=False)
-                )
-        except Exception as error:
-            log.warning("could not hand back lease %s (it lapses by itself): %s", name, error)
+        _held.pop((name, me), None)
+        _hand_back(name, me)
+
+
+#: Leases this process holds now, handed back at exit too: a housekeeping run in a daemon
+#: thread (beat's) is cut short when its process exits, without reaching its ``finally``.
+_held: dict[tuple[str, str], threading.Event] = {}
+
+
+def _hand_back(name: str, me: str) -> None:
+    try:
+        with db.transaction() as session:
+            session.execute(
+                update(Lease)
+                .where(Lease.name == name, Lease.holder == me)
+                .values(expires_at=utcnow())
+                .execution_options(synchronize_session=False)
+            )
+    except Exception as error:
+        log.warning("could not hand back lease %s (it lapses by itself): %s", name, error)
+
+
+@atexit.register
+def _hand_back_all() -> None:
+    for (name, me), done in list(_held.items()):
+        done.set()
+        _hand_back(name, me)
 
 
 def _take_lease(name: str, me: str, duration: timedelta) -> bool:

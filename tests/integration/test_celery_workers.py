@@ -171,11 +171,11 @@ def test_worker_killed_mid_step_is_recovered_once_its_lease_expires(
     assert stuck.worker_id is not None  # the start recorded the (now dead) pool process
     settings.stuck_in_progress_threshold = 1
     time.sleep(1.2)
-    report = housekeeping.run()
+    report = _housekeeping()
     # Past the age threshold, but a worker's step is judged by its lease, not yet expired.
     assert (report.stuck_in_progress_recovered, report.worker_recoveries) == (0, 0)
     expire_worker(stuck.worker_id)  # as if worker_lease had passed since the kill
-    report = housekeeping.run()
+    report = _housekeeping()
     assert report.worker_recoveries == 1
     recovered, retry = executions(workflow_id)
     assert (recovered.state, recovered.outcome) == ("completed", "recovered")
@@ -243,3 +243,14 @@ def test_a_successor_routed_to_a_queue_this_worker_does_not_consume_is_published
         found = session.get(Workflow, workflow_id)
         assert found is not None
         found.cancel()
+
+
+def _housekeeping() -> housekeeping.HousekeepingReport:
+    """One housekeeping run of this process's own: a dispatcher of an earlier test (beat, a
+    stopped worker) may still hold the run's lease for up to a minute."""
+    deadline = time.monotonic() + 90
+    while True:
+        report = housekeeping.run()
+        if not report.skipped_overlapping or time.monotonic() > deadline:
+            return report
+        time.sleep(0.5)

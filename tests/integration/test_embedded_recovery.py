@@ -48,11 +48,11 @@ def test_worker_killed_mid_step_is_recovered_once_its_lease_expires(
     assert stuck.worker_id is not None  # the start recorded the (now dead) embedded worker
     settings.stuck_in_progress_threshold = 1
     time.sleep(1.2)
-    report = housekeeping.run()
+    report = _housekeeping()
     # Past the age threshold, but a worker's step is judged by its lease, not yet expired.
     assert (report.stuck_in_progress_recovered, report.worker_recoveries) == (0, 0)
     expire_worker(stuck.worker_id)  # as if worker_lease had passed since the kill
-    assert housekeeping.run().worker_recoveries == 1
+    assert _housekeeping().worker_recoveries == 1
     second = start_embedded_worker(shared_database, log, tmp_path / "worker2.log", processes)
     wait_for_state(workflow_id, "finished")
     recovered = executions(workflow_id)[0]
@@ -65,3 +65,14 @@ def test_worker_killed_mid_step_is_recovered_once_its_lease_expires(
     ]
     assert second.stop() == 0  # SIGTERM: a clean stop
     assert "embedded worker stopped" in second.output()
+
+
+def _housekeeping() -> housekeeping.HousekeepingReport:
+    """One housekeeping run of this process's own: a dispatcher of an earlier test (beat, a
+    stopped worker) may still hold the run's lease for up to a minute."""
+    deadline = time.monotonic() + 90
+    while True:
+        report = housekeeping.run()
+        if not report.skipped_overlapping or time.monotonic() > deadline:
+            return report
+        time.sleep(0.5)

@@ -2,7 +2,8 @@
 concurrency slot too), inside finalize and between commit and send; restart the broker while
 messages are in flight; drop the database connection in the middle of a step.
 
-After recovery (the dispatcher's sweep and housekeeping, run here with small thresholds)
+After recovery (the dispatcher's sweep and housekeeping, run here with small thresholds, and
+the killed workers aged past their lease)
 every workflow ends where it would have ended without the fault, no execution row ran its
 body twice, no committed step ran again, and the invariant checker finds nothing.
 
@@ -12,6 +13,7 @@ redis-server on a free port, started and killed by its own PID (never the machin
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 import uuid
@@ -21,13 +23,14 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import text, update
+from sqlalchemy import select, text, update
 from sqlalchemy.engine.url import make_url
 
 from geneva_drive import db, dispatch, housekeeping
 from geneva_drive.celery import CeleryTransport, make_celery
 from geneva_drive.config import settings
-from geneva_drive.models import StepExecution, utcnow
+from geneva_drive.models import StepExecution, Worker, utcnow
+from geneva_drive.testing import expire_worker
 from geneva_drive.transport import NullTransport
 from tests.integration.conftest import (
     BIN,
@@ -81,8 +84,34 @@ def recover(*, in_progress_after: float = 0.3) -> None:
     settings.stuck_scheduled_threshold = 2
     settings.dispatch_resend_after = 0.5
     time.sleep(0.6)
+    _expire_dead_workers()
     housekeeping.run()
     dispatch.dispatch_due()
+
+
+def _expire_dead_workers() -> None:
+    """Age past their lease the workers whose process is gone (every worker here runs on this
+    machine): what ``worker_lease`` seconds after the kill would do, without the wait. A live
+    worker keeps its lease, so its running steps are never recovered."""
+    with db.new_session() as session:
+        rows = session.execute(select(Worker.id, Worker.pid).where(Worker.stopped_at.is_(None)))
+        dead = [worker_id for worker_id, pid in rows if not _alive(pid)]
+    for worker_id in dead:
+        expire_worker(worker_id)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (killed, not yet reaped by its parent) answers signal 0 but runs nothing.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] != "Z"
+    except (OSError, IndexError):
+        return True
 
 
 class EmbeddedWorkers:
