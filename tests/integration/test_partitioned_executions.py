@@ -236,7 +236,13 @@ def test_the_archive_writes_and_restores_partitioned_executions_into_their_month
         {"w": workflow_id},
     ).all()
     geneva_session.rollback()
-    env = dict(os.environ, GENEVA_DATABASE_URL=geneva_database.url)
+    # The archive job's signing key, which the restore checks (docs/MANUAL.md, "Retention and
+    # archives").
+    env = dict(
+        os.environ,
+        GENEVA_DATABASE_URL=geneva_database.url,
+        GENEVA_ARCHIVE_KEY="partitioned-test-archive-key-0123456789abcdef",
+    )
     cli = [sys.executable, "-m", "geneva_drive.dashboard.cli"]
     written = subprocess.run(
         [*cli, "archive", "--older-than", "30d", "--to", str(tmp_path)],
