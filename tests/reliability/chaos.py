@@ -103,7 +103,10 @@ RESEND_AFTER = 5
 STUCK_SCHEDULED_THRESHOLD = 10
 WORKER_LEASE = 4
 #: What the checks allow beyond the engine's own bounds: a loaded 2-core box stalls processes.
-SLACK = 4.0
+#: Time-outs fired up to 7.1 s late (bound then 5 s) when the MariaDB run shared the box with a
+#: whole PostgreSQL test pass; what the check is for - sweeps starved behind step messages -
+#: made them 53-100 s late, far past this.
+SLACK = 8.0
 
 #: Faults during which the database does not answer (time-outs cannot fire on time).
 DATABASE_DOWN = ("cut-connections", "db-restart", "db-kill-9", "connection-exhaustion")
