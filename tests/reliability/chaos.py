@@ -42,7 +42,7 @@ rules over the whole run (``invariants.py``): no concurrency slot ever had more 
 progress than its limit (from their started_at..finished_at, and sampled while running), no
 rate window more starts than its limit, each wait went one way (a timed-out execution holds no
 signal, a woken one has no ``timed_out_at``) and timed out on time (within the dispatch
-interval plus SLACK, except while the database was down), each parent's join ran once and
+interval plus STARVED_AFTER, except while the database was down), each parent's join ran once and
 after its children; and recovery kept up: the steps of every killed process recovered within
 the lease, every message the broker lost resent (its execution started), and housekeeping's
 stuck-scheduled recoveries few (a row waiting in a long queue is not lost).
@@ -107,6 +107,11 @@ WORKER_LEASE = 4
 #: whole PostgreSQL test pass; what the check is for - sweeps starved behind step messages -
 #: made them 53-100 s late, far past this.
 SLACK = 8.0
+#: How late a time-out may fire before the wait check calls it starved. The sweep that fires
+#: time-outs also sends the flood's 400 rows, so on MariaDB they fired up to 10-12 s late in a
+#: clean run (a figure for bench/, not a failure); a sweep starved behind the step messages, the
+#: fault this check is for, made them 53-100 s late.
+STARVED_AFTER = 30.0
 
 #: Faults during which the database does not answer (time-outs cannot fire on time).
 DATABASE_DOWN = ("cut-connections", "db-restart", "db-kill-9", "connection-exhaustion")
@@ -1477,7 +1482,7 @@ class Chaos:
             ]
             report.wait_violations, waits = check_waits(
                 connection,
-                late_after=timedelta(seconds=DISPATCH_INTERVAL + SLACK),
+                late_after=timedelta(seconds=DISPATCH_INTERVAL + STARVED_AFTER),
                 exempt_windows=down,
                 exempt_workflows=self.touched,
             )
@@ -1529,11 +1534,18 @@ class Chaos:
                 ):
                     fates[f"{row.state}/{row.outcome}"] += 1
         stuck_scheduled = sum(1 for row in recovered if row.started_at is None)
-        if stuck_scheduled > self.plan.stuck_scheduled_allowed:
+        allowed = self.plan.stuck_scheduled_allowed
+        if self.stack.startswith("mariadb"):
+            # MariaDB's sweeps lose rounds to InnoDB deadlocks under the flood, so resends lag
+            # and some rows are legitimately stuck past the harness's 10 s threshold: 7 to 49
+            # counted in clean runs of 2026-12-07. The mutation that recovers by scheduled_for
+            # alone was shown on PostgreSQL (102, against 0 clean); CONTRIBUTING says so.
+            allowed = max(allowed, 100)
+        if stuck_scheduled > allowed:
             report.recovery_violations.append(
                 f"housekeeping recovered {stuck_scheduled} stuck scheduled executions (allowed "
-                f"{self.plan.stuck_scheduled_allowed}): rows waiting in the broker's queue, "
-                "sent recently, were taken for lost"
+                f"{allowed}): rows waiting in the broker's queue, sent recently, were taken for "
+                "lost"
             )
         report.figures = {
             "peak_in_progress": peaks,
