@@ -11,7 +11,7 @@ A bucket that ended more than :data:`SETTLE_AFTER` ago cannot change any more (a
 ``finished_at`` is the time it finished), so each app reads it once and keeps its counts
 (:func:`_bucket_counts`); a render then reads only the last few minutes. Without that, the day
 chart's query grows with a day's activity: 815 ms at 70,000 executions a day (bench/NOTES.md,
-issue 26).
+an earlier review).
 """
 
 from __future__ import annotations
@@ -341,7 +341,7 @@ def durations(session: Session, workflow_type: str, window: timedelta) -> list[D
         .limit(DURATION_SAMPLE)
     )
     # MariaDB took the in-progress index (its ``started_at`` and a state column) instead and
-    # sorted every completed execution: 9.8 s at 1M workflows (bench/NOTES.md, issue 26).
+    # sorted every completed execution: 9.8 s at 1M workflows (bench/NOTES.md).
     query = dialect_for(session).through_index(
         query, cast(Table, StepExecution.__table__), DURATIONS_INDEX
     )

@@ -1,7 +1,7 @@
 """``geneva-drive``: run GenevaDrive from one command.
 
-``geneva-drive up [--demo] [--host 127.0.0.1] [--port 8000]`` is the embedded default (SPEC
-§3): it migrates the database (a SQLite file under ``./var/`` unless ``GENEVA_DATABASE_URL``
+``geneva-drive up [--demo] [--host 127.0.0.1] [--port 8000]`` is the embedded default (docs/MANUAL.md,
+"The embedded default"): it migrates the database (a SQLite file under ``./var/`` unless ``GENEVA_DATABASE_URL``
 says otherwise), then runs the dashboard, an embedded worker (:mod:`geneva_drive.embedded`; the
 step-execution table is the queue, no broker) and the housekeeping loop in one process, and
 stops cleanly on Ctrl-C or SIGTERM. ``--demo`` registers the example workflows, seeds a few
@@ -282,10 +282,10 @@ SUBCOMMANDS: list[Subcommand] = [
     Subcommand("workers", operator_cli.add_workers_parser, in_host=True),
     # The dashboard's Schedules page and its Pause / Resume / Run now.
     Subcommand("schedules", schedules_cli.add_schedules_parser, in_host=True),
-    # Read-only checks of the live database (SPEC §6.4).
+    # Read-only checks of the live database (docs/MANUAL.md, "Changing workflows in production").
     Subcommand("check-deploy", _add_check_deploy, in_host=True),
     Subcommand("doctor", _add_doctor, in_host=True),
-    # Retention that keeps what it deletes (SPEC §6.5).
+    # Retention that keeps what it deletes (docs/MANUAL.md, "The dashboard").
     Subcommand("archive", _add_archive, in_host=True),
 ]
 

@@ -1,4 +1,4 @@
-"""HTTP mapping of errors, in one place (STYLE §3.8).
+"""HTTP mapping of errors, in one place.
 
 Engine refusals are the operator's business, not a crash: they become 409 with the engine's
 own message; malformed input (bad JSON, an unknown step name type) becomes 400. Nothing here

@@ -245,6 +245,6 @@ class GenevaDrive:
             geneva_celery.register(target)
         else:
             # The dashboard's actions and the host's own create()/signal() publish step
-            # messages: without the host's Celery app that needs GENEVA_BROKER_URL (SPEC §6.6).
+            # messages: without the host's Celery app that needs GENEVA_BROKER_URL (docs/MANUAL.md, "Adding GenevaDrive to an existing Flask app").
             transport.require_publisher("GenevaDrive.init_app(app) without celery=")
         register_cli(app)

@@ -1,6 +1,6 @@
 """HTMX helpers: one template per page, its partial rendered alone for HTMX requests.
 
-A full page *includes* its partial, so there is one source of markup (STYLE §3.4). Every GET
+A full page *includes* its partial, so there is one source of markup. Every GET
 answer varies on ``HX-Request`` so caches never hand a fragment to a full-page load.
 """
 

@@ -354,7 +354,7 @@ class ExecutionView:
     late_by: timedelta | None
     waiting_since: datetime | None
     waiting_too_long: bool
-    #: The deadline of a parked execution with a time-out (SPEC §6.1), else None.
+    #: The deadline of a parked execution with a time-out (docs/MANUAL.md, "Time-bounded waits"), else None.
     timeout_at: datetime | None
     #: When its wait timed out (outcome timed_out), else None.
     timed_out_at: datetime | None
@@ -456,7 +456,7 @@ class WorkflowDetail:
     children: str | None = None
     #: A parent's children by state, those needing an operator first: (label, count, params).
     children_by_state: list[tuple[str, int, dict[str, str]]] = field(default_factory=list)
-    #: The workflow whose step started this one (SPEC §6.3), else None.
+    #: The workflow whose step started this one (docs/MANUAL.md, "Fan-out and join: child workflows"), else None.
     parent_id: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -947,7 +947,7 @@ class Waiter:
     overdue: bool
     #: The workflow is paused: a signal sent now is stored, and the step runs after resume.
     paused: bool = False
-    #: When the wait times out (SPEC §6.1) and what happens then; None without a time-out.
+    #: When the wait times out (docs/MANUAL.md, "Time-bounded waits") and what happens then; None without a time-out.
     times_out_at: datetime | None = None
     on_timeout: str | None = None
 
@@ -1017,7 +1017,7 @@ def _time_out(definition: Any, execution: StepExecution) -> dict[str, Any]:
 
 def waiter_order(waiter: Waiter) -> tuple[Any, ...]:
     """The inbox's order within a group: the most urgent first (DASHBOARD.md: lists that
-    answer "how late" sort by it). Waiters with a time-out first, soonest first (SPEC §6.1);
+    answer "how late" sort by it). Waiters with a time-out first, soonest first (docs/MANUAL.md, "Time-bounded waits");
     then, for waits without one, the overdue first and the longest waiting."""
     since = waiter.waiting_since
     deadline = waiter.times_out_at

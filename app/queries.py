@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: Values of the ``due`` filter: which kind of late current execution a workflow has, or
-#: (``timed_out``) an execution whose wait for a signal timed out (SPEC §6.1).
+#: (``timed_out``) an execution whose wait for a signal timed out (docs/MANUAL.md, "Time-bounded waits").
 #: (``failed``) paused after an error: its newest execution failed (a parent's children).
 DUE_FILTERS = ("overdue", "waiting", "stuck", "timed_out", "failed", "held")
 
@@ -85,9 +85,9 @@ class WorkflowFilters:
     due: str = ""
     #: A step the class no longer defines: the workflows paused because of it (``/stranded``).
     stranded: str = ""
-    #: A parent's id: its child workflows (SPEC §6.3; the parent_id index).
+    #: A parent's id: its child workflows (docs/MANUAL.md, "Fan-out and join: child workflows"; the parent_id index).
     parent: str = ""
-    #: A concurrency or rate limit's name (SPEC §6.2, ``/limits``): workflows whose current
+    #: A concurrency or rate limit's name (docs/MANUAL.md, "Concurrency and rate limits", ``/limits``): workflows whose current
     #: execution counts against it; ``limit_key`` narrows that to one key.
     limit: str = ""
     limit_key: str = ""
@@ -573,7 +573,7 @@ def snapshot_beside(session: Session) -> Iterator[futures.Future[MetricsSnapshot
 
     The snapshot's statements do not depend on the page's, and its largest, the
     unexplained-workflows count, reads the whole live set (60 of the page's 120 ms at 1M
-    workflows on MariaDB, bench/NOTES.md, issue 26): side by side the page costs the longer of
+    workflows on MariaDB, bench/NOTES.md): side by side the page costs the longer of
     the two, not their sum.
     """
     from geneva_drive import metrics
@@ -923,10 +923,10 @@ def _signal_waiters(query: Any) -> Any:
 
 
 def parked_executions(session: Session) -> list[tuple[StepExecution, Workflow]]:
-    """Executions parked at a signal gate (bounded): those that time out soonest first (SPEC
-    §6.1), then those without a time-out, oldest first.
+    """Executions parked at a signal gate (bounded): those that time out soonest first (docs/MANUAL.md,
+    "Time-bounded waits"), then those without a time-out, oldest first.
 
-    A join (``wait_for_children=True``, SPEC §6.3) parks in ``waiting`` too, but waits for
+    A join (``wait_for_children=True``, docs/MANUAL.md, "Fan-out and join: child workflows") parks in ``waiting`` too, but waits for
     its children, not for a signal: left out here, so it neither shows as stranded nor
     takes a row of the limit from a real signal waiter.
     """
@@ -1023,7 +1023,7 @@ def removed_steps_current(session: Session, cls: type[Workflow]) -> dict[str, in
     )
     # MariaDB went workflows first instead: every ongoing workflow of the class, each probing
     # its executions (35 ms at 1M workflows, 10,000 ongoing; 8.5 ms executions first,
-    # bench/NOTES.md, issue 26).
+    # bench/NOTES.md).
     query = dialect_for(session).through_index(
         query, cast(Table, StepExecution.__table__), CURRENT_EXECUTIONS_INDEX
     )
@@ -1050,7 +1050,7 @@ def hero_workflows(session: Session, hero_type: str, hero_id: str) -> list[Workf
     )
 
 
-#: Executions per page of a workflow's timeline (issue 26: a workflow with thousands of
+#: Executions per page of a workflow's timeline (a workflow with thousands of
 #: executions rendered them all, 145 ms at 1,000; the database's part was about 1 ms).
 TIMELINE_PAGE = 100
 
@@ -1140,7 +1140,7 @@ def signals_of(
     until: datetime | None = None,
 ) -> list[Signal]:
     """The workflow's signals, without its children's end reports (one per child, up to
-    thousands: the children's progress line stands for them, SPEC §6.3)."""
+    thousands: the children's progress line stands for them, docs/MANUAL.md, "Fan-out and join: child workflows")."""
     return list(
         session.scalars(
             select(Signal)

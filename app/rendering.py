@@ -33,7 +33,7 @@ class CompiledTemplates(BytecodeCache):
     whose Jinja options are the same.
 
     Compiling the overview's templates took 84 of the 240 ms of a new app's first render
-    (bench/NOTES.md, issue 26), in every app: each worker, each test. A template is compiled
+    (bench/NOTES.md), in every app: each worker, each test. A template is compiled
     once per process now. Jinja hands over the source's checksum with each lookup, so an
     edited template (``TEMPLATES_AUTO_RELOAD``) is compiled again, never served stale.
     """

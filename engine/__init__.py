@@ -1,6 +1,6 @@
 """GenevaDrive for Python: durable, multi-step workflows on SQLAlchemy and Celery.
 
-Public API (SPEC §2)::
+Public API (docs/MANUAL.md, "Quick reference")::
 
     from geneva_drive import (Workflow, step, resumable_step, removed_step, renamed_step,
                         ExceptionPolicy, ConcurrencyLimit, RateLimit, Schedule,

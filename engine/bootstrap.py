@@ -1,6 +1,6 @@
 """Process start-up shared by every role: import the workflow modules, point at the database.
 
-Web, workers and the dispatcher must all know the same workflow classes (SPEC §3): a worker
+Web, workers and the dispatcher must all know the same workflow classes (docs/MANUAL.md, "Celery topology, the dispatcher, job options and priorities"): a worker
 that has not imported a class would load its rows as plain ``Workflow`` and find no steps, so
 the executor would pause them as "step not defined". ``GENEVA_WORKFLOW_MODULES`` lists the
 modules (``pkg.mod,other.mod``); each role calls :func:`import_workflow_modules` before it

@@ -155,7 +155,7 @@ def _ask_broker() -> bool:
     return False
 
 
-#: How long one answer of the broker stands for this process's chains (issue 33): a step takes
+#: How long one answer of the broker stands for this process's chains: a step takes
 #: a few milliseconds, so without it a worker under a backlog asked every third step.
 WAITING_ANSWER_SECONDS = 0.05
 

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from geneva_drive.transport import Message
 
 #: The setting that names the broker. There is no default: a process that publishes step
-#: messages must be given a broker (or the host's Celery app), SPEC §6.6.
+#: messages must be given a broker (or the host's Celery app), docs/MANUAL.md, "Adding GenevaDrive to an existing Flask app"
 BROKER_SETTING = "GENEVA_BROKER_URL"
 #: Marks the apps new_app() made (the host's own apps are not checked for a broker).
 MADE_HERE = "_geneva_drive_made_here"

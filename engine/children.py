@@ -1,4 +1,4 @@
-"""Fan-out and join: child workflows (SPEC §6.3).
+"""Fan-out and join: child workflows (docs/MANUAL.md, "Fan-out and join: child workflows").
 
 A step starts children with ``self.start_child(ShipLineWorkflow, hero=line)``; a later step
 with ``wait_for_children=True`` parks until every child started before it has ended.

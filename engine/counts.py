@@ -1,8 +1,8 @@
-"""Workflows per (class, state), kept as rows instead of counted from the history (SPEC §6.5).
+"""Workflows per (class, state), kept as rows instead of counted from the history (docs/MANUAL.md, "The dashboard").
 
 The overview and ``/metrics`` show how many workflows of each class are in each state. Counting
 ``geneva_drive_workflows`` costs what the history kept costs (2 s at 1M workflows on
-PostgreSQL, issue 26); ``geneva_drive_workflow_counts`` holds the same numbers and grows with
+PostgreSQL); ``geneva_drive_workflow_counts`` holds the same numbers and grows with
 the number of (class, state) pairs only.
 
 Every write of a workflow row goes through one of three places, and each tells this module
@@ -25,7 +25,7 @@ then execution) order. A savepoint that rolls back drops its own changes, as its
 A step moves its workflow ``ready`` → ``performing`` when claimed and back when finalized; the
 table keeps both under one row, ``ongoing`` (:data:`ONGOING`), so those two transitions change
 no count and cost no statement (counting them cost 2 upserts per step, one per transaction,
-issue 33's budget). :func:`read` splits ``ongoing`` again: ``performing`` is counted from the
+the budget). :func:`read` splits ``ongoing`` again: ``performing`` is counted from the
 workflows through ``(state, id)``, which costs what the workflows being performed right now
 cost (a few per worker), and ``ready`` is the rest.
 

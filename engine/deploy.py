@@ -1,4 +1,4 @@
-"""``check-deploy``: the new code's workflow definitions against the live database (SPEC §6.4).
+"""``check-deploy``: the new code's workflow definitions against the live database (docs/MANUAL.md, "Changing workflows in production").
 
 Run it with the *new* code's workflow modules imported (``GENEVA_WORKFLOW_MODULES``), against
 the production database, before the deploy. It lists every ongoing workflow the new code

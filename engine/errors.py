@@ -19,7 +19,7 @@ Flow-control interrupts are *not* errors; they live in :mod:`geneva_drive.flow_c
 step's own exception (or a condition's) is re-raised as itself once its outcome is committed,
 so the gem's StepFailedError and PreconditionError have no Python counterpart.
 
-``InvalidStateTransition`` and ``WorkflowNotOngoing``, the gem's names (SPEC §2 lists them), are
+``InvalidStateTransition`` and ``WorkflowNotOngoing``, the gem's names (docs/MANUAL.md, "Quick reference" lists them), are
 kept as aliases of the same classes: ``except`` either name catches the error.
 """
 
@@ -96,6 +96,6 @@ class DuplicateWorkflowError(EngineError):
     pass
 
 
-# The gem's names (SPEC §2): the same classes, so code written against either keeps working.
+# The gem's names (docs/MANUAL.md, "Quick reference"): the same classes, so code written against either keeps working.
 InvalidStateTransition = InvalidTransitionError
 WorkflowNotOngoing = WorkflowNotOngoingError

@@ -1,4 +1,4 @@
-"""The executor: runs one step execution in three phases (reference engine-core §4).
+"""The executor: runs one step execution in three phases.
 
 1. **Prepare**, under the workflow lock then the execution lock, in one transaction: the checks
    in the gem's order (duplicate job, workflow not runnable, hero missing, step not defined,
@@ -317,7 +317,7 @@ def exception_info(error: BaseException, backtrace: str | None = None) -> dict[s
 
 
 def consecutive_reattempt_count(session: Session, workflow: Workflow, step_name: str) -> int:
-    """Reattempts by policy since the step last completed (reference engine-core §4.7)."""
+    """Reattempts by policy since the step last completed."""
     last_clean = session.scalars(
         select(StepExecution.id)
         .where(
@@ -591,7 +591,7 @@ class Executor:
                 inline.arm(self.session, self.budget)
                 self.finalize(workflow, execution, step_def, result, body_wrote=wrote)
                 if execution.limit_slot is not None or execution.step_limit_slot is not None:
-                    # Wake the next in line (SPEC §6.2).
+                    # Wake the next in line (docs/MANUAL.md, "Concurrency and rate limits").
                     limits.release(self.session, execution, scheduling.enqueue_execution)
                 self._settle_inline(runs_next=True)
                 self.started = self._start_successor()
@@ -633,7 +633,7 @@ class Executor:
         concurrency or rate limit. Prepare could then only check the hero (read here, in this
         transaction) and write the start transition: :meth:`_prepare` runs here, with the
         outcome, and the step's own start transaction (a lock, an UPDATE, a commit) is not
-        needed (issue 33). Any other successor starts in its own transaction, its checks
+        needed. Any other successor starts in its own transaction, its checks
         under its own lock, so nothing they raise can take this outcome down.
         """
         if not self._may_start_successor():
@@ -796,7 +796,7 @@ class Executor:
         ) and not limits.claim(
             session, workflow, execution, step_def, scheduling.enqueue_execution
         ):
-            return None  # deferred: still scheduled, not an attempt (SPEC §6.2)
+            return None  # deferred: still scheduled, not an attempt (docs/MANUAL.md, "Concurrency and rate limits")
         start_execution(execution)
         workflow_performing(workflow, step_def.name)
         if execution.continues_from_id is not None:
@@ -858,12 +858,12 @@ class Executor:
         signal: Signal | None,
     ) -> Result:
         """The hooks and the body. What the hooks write follows the attempt's outcome as the
-        body's writes do. A hook's exception escapes (reference engine-core §4.3: the execution
+        body's writes do. A hook's exception escapes (the execution
         stays in_progress for housekeeping); ``run()`` rolls the attempt's writes back."""
         self.start_time = time.monotonic()
         previous = workflow.received_signal
         workflow.received_signal = signal
-        # After on_timeout="run" (SPEC §6.1); the class attribute says False everywhere else.
+        # After on_timeout="run" (docs/MANUAL.md, "Time-bounded waits"); the class attribute says False everywhere else.
         if execution.timed_out_at is not None:
             workflow.wait_timed_out = True
         self.session.info.pop(_WROTE, None)
@@ -918,7 +918,7 @@ class Executor:
             return result
 
     def should_interrupt(self, iterations: int) -> bool:
-        """Called at every resumable checkpoint (reference engine-core §6.2)."""
+        """Called at every resumable checkpoint."""
         if not self.interruptible:
             return False
         step_def = self.step_def
@@ -941,7 +941,7 @@ class Executor:
 
         Not "is the workflow paused": an operator's skip(), resume_at() or cancel() after a
         pause leaves the workflow ready (or canceled) with this execution closed, and resume_at
-        has queued another step that may already run elsewhere (issue 17).
+        has queued another step that may already run elsewhere.
         """
         row = self.session.execute(
             select(Workflow.state, StepExecution.state)

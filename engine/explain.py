@@ -72,7 +72,7 @@ def humanize_remaining(delta: timedelta) -> str:
 
 def _timeout_clause(workflow: Workflow, execution: StepExecution, now: datetime) -> str:
     """The clause " — times out in 2 d 22 h (then cancel)" for a parked execution whose
-    step (in the running code) still has a time-out; "" otherwise (SPEC §6.1)."""
+    step (in the running code) still has a time-out; "" otherwise (docs/MANUAL.md, "Time-bounded waits")."""
     definition = workflow.steps.named(execution.step_name)
     if execution.timeout_at is None or definition is None or definition.on_timeout is None:
         return ""
@@ -247,7 +247,7 @@ def _line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
             line += f", far past its usual {brief(usual)} (p99)"
         return line
     if current.deferred_on is not None:
-        # Held back by a concurrency or rate limit (SPEC §6.2); late past the overdue grace.
+        # Held back by a concurrency or rate limit (docs/MANUAL.md, "Concurrency and rate limits"); late past the overdue grace.
         held_for = ""
         if lateness.is_held_late(current, now):
             held_for = f" since {humanize(now - lateness.held_since(current))} (late)"
@@ -353,7 +353,7 @@ def _paused_line(workflow: Workflow, facts: _Facts, now: datetime) -> str:
         ago = humanize(now - last.timed_out_at)
         return f"paused: the wait for {waited} in `{last.step_name}` timed out {ago} ago"
     if last is not None and last.error_class_name == children.CHILD_CANCELED:
-        # on_child_failure="pause" (SPEC §6.3): resume() runs the join anyway.
+        # on_child_failure="pause" (docs/MANUAL.md, "Fan-out and join: child workflows"): resume() runs the join anyway.
         return f"paused: child workflows ended canceled before `{last.step_name}`"
     if last is not None and last.state == StepState.FAILED and last.error_class_name:
         short = last.error_class_name.rsplit(".", 1)[-1]

@@ -27,7 +27,7 @@ class FlowInterrupt(BaseException):
     ``suspend()`` inside a step; the executor turns it into the step's outcome.
 
     A non-local exit, not a workflow signal (those are ``geneva_drive.signals``): the gem's
-    ``throw``. It was called ``FlowControlSignal`` before issue 17."""
+    ``throw``. It was called ``FlowControlSignal`` before an earlier review."""
 
     def __init__(self, action: FlowAction, **options: Any) -> None:
         super().__init__(action.value)

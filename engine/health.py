@@ -1,4 +1,4 @@
-"""Unexplained workflows: the ones that fit no explanation of what they wait for (SPEC §6.4).
+"""Unexplained workflows: the ones that fit no explanation of what they wait for (docs/MANUAL.md, "Changing workflows in production").
 
 Every ongoing workflow has an explained next event: scheduled (when), waiting (for what, until
 when), running (since when), paused (by whom, why). One that fits none of these will never
@@ -98,7 +98,7 @@ def _performing_without_execution(now: datetime) -> Rows:
     # NOT IN over the running executions, not NOT EXISTS: the statistics of a table of history
     # put the running ones at about one row, so PostgreSQL nested-looped every performing
     # workflow over a scan of all running executions (2,000 x 2,000 rows: 127 ms at 10M
-    # workflows, issue 26); NOT IN hashes them once. workflow_id is NOT NULL, so NOT IN
+    # workflows); NOT IN hashes them once. workflow_id is NOT NULL, so NOT IN
     # cannot meet a NULL.
     running = select(StepExecution.workflow_id).where(StepExecution.state == StepState.IN_PROGRESS)
     return select(Workflow.id, Workflow.type, literal(None).label("execution_id")).where(
@@ -136,7 +136,7 @@ def _several_current(now: datetime) -> Rows:
     # so several current ones always include a waiting one. Starting from the waiting
     # executions (parked ones: a small part of the live set) and counting only their
     # workflows' current executions through (workflow_id, state) costs the parked set; the
-    # grouping of every current execution cost 0.25-1.4 s at B9's 250,000 (issue 33).
+    # grouping of every current execution cost 0.25-1.4 s at B9's 250,000.
     parked = select(StepExecution.workflow_id).where(StepExecution.state == StepState.WAITING)
     several = (
         select(StepExecution.workflow_id, func.max(StepExecution.id).label("newest"))
@@ -170,7 +170,7 @@ def _terminal_with_live_execution(now: datetime) -> Rows:
         .where(
             live.state.in_(live_states),
             # The live executions first, then their workflows by primary key: as a plain
-            # join the planner hash-joined against every finished workflow (issue 26).
+            # join the planner hash-joined against every finished workflow.
             SubqueryFirst(
                 Workflow.id,
                 select(StepExecution.workflow_id).where(StepExecution.state.in_(live_states)),

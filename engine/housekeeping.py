@@ -208,7 +208,7 @@ def _guarded(phase: str, fn: Callable[[], None]) -> None:
 # --- 1. cleanup --------------------------------------------------------------------------------
 
 #: A cleanup slice holds up to ``housekeeping_batch_size`` workflows and at most this many times
-#: as many rows in all. 2026-11-29, issue 8 (B7): a transaction has a fixed cost (round trips,
+#: as many rows in all. 2026-11-29 (B7): a transaction has a fixed cost (round trips,
 #: commit) of several milliseconds, so slices of 1,000 rows reached only ~21k rows/s on
 #: PostgreSQL with B7's concurrent hops; 1,000 typical workflows (3-4 rows each) delete in about
 #: 40 ms (~90k rows/s), and the cap keeps a slice of workflows with long histories near 5,000
@@ -309,7 +309,7 @@ def _cleanup_slice(
         if dialect.lock_candidates_first():
             # InnoDB locks every row its scan reads before it tests the WHERE clause, so a
             # locking version of the scan queues behind any locked workflow in id order - an
-            # ongoing one an executor holds included - until a lock wait timeout (issue 19).
+            # ongoing one an executor holds included - until a lock wait timeout.
             # The candidates come from a plain (non-locking) read instead; only they are
             # locked, by primary key, and the condition is tested again under the lock, on the
             # newest committed version (as PostgreSQL does below).
@@ -329,7 +329,7 @@ def _cleanup_slice(
             )
             query = dialect.primary_key_only(query, _workflows)
         if dialect.row_locks:
-            # 2026-11-29, issue 8: the rows are locked in id order and the "old and
+            # 2026-11-29, the rows are locked in id order and the "old and
             # finished/canceled" test holds under the lock: PostgreSQL evaluates the WHERE
             # clause again on the newest row version of a row it had to wait for. A plain
             # FOR UPDATE, not SKIP LOCKED: a workflow a signal or an operator holds for a
@@ -569,7 +569,7 @@ def _release_waiting(execution_id: int) -> int:
 
 
 def report_gauges(now: datetime) -> None:
-    """Emit the gem's gauges (reference §4.5) through :func:`metrics_facade.set_gauge`.
+    """Emit the gem's gauges through :func:`metrics_facade.set_gauge`.
 
     The counts come from :func:`geneva_drive.metrics.collect`, the same grouped queries that
     ``/metrics`` and the dashboard overview read, so the three can never disagree.

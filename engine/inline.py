@@ -129,7 +129,7 @@ def remembered(
 
     A worker whose chains share every ``yield_after`` steps asks the broker a few hundred times
     a second under a backlog (one round trip each; keeping the answer 50 ms cut a B3
-    deployment's CPU per step by 5 %, issue 33), though a queue changes far slower than steps
+    deployment's CPU per step by 5 %), though a queue changes far slower than steps
     finish. What a kept answer costs: after a "no", a message that arrives meanwhile waits up to
     ``seconds`` longer for a chain to hand over; after a "yes", a chain may hand over once more
     although the queue has just drained (a publish and a task start, no lost work). A failed
@@ -213,14 +213,14 @@ def deferred_id(
     session: Session, workflow: Workflow, step_def: StepDefinition | None
 ) -> int | None:
     """The id the successor the claim just took (:func:`take`) is inserted under, with its row
-    written at the phase's commit instead of now (``persistence.insert_new(deferred_id=)``),
-    or None: insert it now.
+     written at the phase's commit instead of now (``persistence.insert_new(deferred_id=)``),
+     or None: insert it now.
 
-    Only where the lock read drew an id, and only a successor whose start runs no code
-    (:func:`start_runs_no_code`; the scheduler has ruled out limits and continuations): the
-    executor then starts it before the commit (``Executor._start_successor``), and its row is
-    inserted already started, in the one statement that also writes its predecessor's outcome
-    (issue 33). One id per phase."""
+     Only where the lock read drew an id, and only a successor whose start runs no code
+     (:func:`start_runs_no_code`; the scheduler has ruled out limits and continuations): the
+     executor then starts it before the commit (``Executor._start_successor``), and its row is
+     inserted already started, in the one statement that also writes its predecessor's outcome
+    . One id per phase."""
     claim: Claim | None = session.info.get(_CLAIM_KEY)
     if claim is None or claim.next_id is None or claim.message is None:
         return None

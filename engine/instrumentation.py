@@ -10,7 +10,7 @@ sent once the measured block is over, with ``duration`` (seconds) in the payload
     def on_step(sender, **payload): ...
 
 Common payload: ``execution_id``, ``workflow_id``, ``workflow_class``, ``step_name``, plus
-``resumable=True`` for resumable steps (reference signals §4.6).
+``resumable=True`` for resumable steps.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""``IterableStep``: the cursor API of resumable steps (reference engine-core §6).
+"""``IterableStep``: the cursor API of resumable steps.
 
 A resumable step walks a large collection and checkpoints its cursor. Each checkpoint commits
 the cursor together with whatever the step wrote through the workflow's session since the last

@@ -4,7 +4,7 @@ Three levels merge, later wins: the class's ``step_job_options`` (parents under 
 the instance's ``step_job_options`` (stored in workflow metadata) < the step's
 ``job_options``. The result maps onto Celery's ``queue``, ``priority``, ``countdown`` and
 ``eta`` for every send of that step: first sends, reattempts, successors, resumes and
-dispatcher sends alike (reference engine-core §8).
+dispatcher sends alike.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Concurrency and rate limits per key (SPEC §6.2).
+"""Concurrency and rate limits per key (docs/MANUAL.md, "Concurrency and rate limits").
 
 ``ConcurrencyLimit(name, limit, key=None)`` bounds how many executions of the same ``(name,
 key)`` *slot* are ``in_progress`` at once, across every process; ``RateLimit(name, limit, per,
@@ -88,7 +88,7 @@ def _check_common(label: str, kind: str, name: Any, limit: Any, key: Any) -> Non
 
 @dataclass(frozen=True)
 class ConcurrencyLimit:
-    """At most ``limit`` executions in progress at once per ``(name, key)`` (SPEC §6.2).
+    """At most ``limit`` executions in progress at once per ``(name, key)`` (docs/MANUAL.md, "Concurrency and rate limits").
 
     ``key``: a callable taking the workflow (or a method name), evaluated when an execution is
     created; None (the default) makes one pool. A key that evaluates to None leaves that
@@ -264,7 +264,7 @@ def _evaluate(limit: AnyLimit, workflow: Workflow, step_name: str | None) -> str
         )
         raise
     if value is None:
-        return None  # this execution is not limited (SPEC §6.2)
+        return None  # this execution is not limited (docs/MANUAL.md, "Concurrency and rate limits")
     return slot_of(limit.name, value)
 
 
@@ -544,7 +544,7 @@ def _display(slot: str) -> str:
 def why_deferred(
     session: Session, workflow: Workflow, execution: StepExecution, now: datetime, since: str = ""
 ) -> str | None:
-    """The why-line of a deferred execution (SPEC §6.2), or None when it is not deferred.
+    """The why-line of a deferred execution (docs/MANUAL.md, "Concurrency and rate limits"), or None when it is not deferred.
 
     ``since`` (" since 17 min (late)", the caller's judgement of the wait) follows the slot.
     """

@@ -29,7 +29,7 @@ schedules that fire (name and          the schedules table (a row per schedule),
 
 The workflow count by (type, state) reads ``geneva_drive_workflow_counts`` (a few rows per
 class and state, kept by every write of a workflow row: :mod:`geneva_drive.counts`), not the
-workflows table: until issue 26 it counted every workflow row, the one query that grew with
+workflows table: until an earlier review it counted every workflow row, the one query that grew with
 the history kept (a few hundred milliseconds at 1M workflows on PostgreSQL,
 ``bench/B9_METRICS.md``).
 
@@ -542,7 +542,7 @@ GaugeSetter = Callable[[str, float, Mapping[str, str]], None]
 
 
 def report_gauges(snapshot: MetricsSnapshot, set_gauge: GaugeSetter | None = None) -> None:
-    """Emit the gem's housekeeping gauges (reference signals §4.5) through the metrics facade.
+    """Emit the gem's housekeeping gauges through the metrics facade.
 
     ``geneva_drive.<state>`` (total, and per ``workflow`` for the classes that have any in that
     state), ``geneva_drive.paused_ratio`` per class, ``geneva_drive.waiting_step_executions``

@@ -1,4 +1,4 @@
-"""Typed SQLAlchemy models: the schema of reference/engine-core.md §1.
+"""Typed SQLAlchemy models: the schema (docs/MANUAL.md, "Core concepts").
 
 ``Base`` is the engine's ``DeclarativeBase``; its metadata is what Flask-SQLAlchemy and
 Flask-Migrate are bound to, and what the test fixture creates. Applications may map their own
@@ -122,7 +122,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 class JSONType(TypeDecorator[Any]):
-    """JSONB on PostgreSQL, ``json`` on MySQL, JSON-in-TEXT elsewhere (SPEC §1.1).
+    """JSONB on PostgreSQL, ``json`` on MySQL, JSON-in-TEXT elsewhere (docs/MANUAL.md, "Databases").
 
     MariaDB has no JSON type: its ``JSON`` is LONGTEXT with a ``json_valid`` CHECK constraint
     named after the column, which reflection and the autogenerate check see as a text column
@@ -176,7 +176,7 @@ _WAITING = "state = 'waiting'"
 _TIMED_OUT = "timed_out_at IS NOT NULL"
 _SCHEDULED = "state = 'scheduled'"
 _FAILED = "state = 'failed'"
-# Concurrency and rate limits (SPEC §6.2, migration 0008): only limited rows are indexed.
+# Concurrency and rate limits (docs/MANUAL.md, "Concurrency and rate limits", migration 0008): only limited rows are indexed.
 _LIMIT_SLOT = "limit_slot IS NOT NULL"
 _STEP_LIMIT_SLOT = "step_limit_slot IS NOT NULL"
 _RATE_SLOT = "rate_slot IS NOT NULL"
@@ -221,7 +221,7 @@ class StepExecution(TimestampMixin, Base):
     waiting_since: Mapped[datetime | None] = mapped_column(UTCDateTime())
     #: When the dispatcher (or the commit hook) last handed this execution to the transport.
     sent_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    #: When the wait of a step with ``timeout=`` runs out (SPEC §6.1): set when the execution
+    #: When the wait of a step with ``timeout=`` runs out (docs/MANUAL.md, "Time-bounded waits"): set when the execution
     #: parks (``waiting_since`` + the time-out), or by the first sweep that sees an execution
     #: parked before its step had a time-out (engine/timeouts.py). NULL for every other step.
     timeout_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
@@ -229,7 +229,7 @@ class StepExecution(TimestampMixin, Base):
     #: by a reattempt of an ``on_timeout="run"`` body), and what lets such a body pass the gate
     #: without a signal.
     timed_out_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    #: Concurrency and rate limits (SPEC §6.2, engine/limits.py): the ``name/key`` slots this
+    #: Concurrency and rate limits (docs/MANUAL.md, "Concurrency and rate limits", engine/limits.py): the ``name/key`` slots this
     #: execution counts against, evaluated when it was created. ``limit_slot``: the class's
     #: ``concurrency_limit``; ``step_limit_slot``: the step's; ``rate_slot``: the step's
     #: ``rate_limit``. NULL for every execution without a limit (nothing is written for them).
@@ -405,7 +405,7 @@ class StepExecution(TimestampMixin, Base):
 
 
 class Signal(TimestampMixin, Base):
-    """An external event delivered to one workflow (reference signals §2.2)."""
+    """An external event delivered to one workflow."""
 
     __tablename__ = "geneva_drive_signals"
 
@@ -502,7 +502,7 @@ class OperatorAction(Base):
 
 
 class LimitSlot(Base):
-    """One row per ``(limit name, key)`` slot (SPEC §6.2, engine/limits.py): the row every
+    """One row per ``(limit name, key)`` slot (docs/MANUAL.md, "Concurrency and rate limits", engine/limits.py): the row every
     claim of that slot locks, so that the count it then reads cannot change under it. It holds
     no counter: the executions' own states are the count."""
 
@@ -618,7 +618,7 @@ class DashboardSessionGeneration(Base):
 
 
 class WorkflowCount(Base):
-    """Workflows per (class, state), kept by every write of a workflow row (SPEC §6.5).
+    """Workflows per (class, state), kept by every write of a workflow row (docs/MANUAL.md, "The dashboard").
 
     The overview and ``/metrics`` read these rows instead of counting the workflows table,
     whose size is the whole history kept. Each (type, state) is split over
@@ -663,10 +663,10 @@ class _ExecutionCounts:
 
 class ExecutionMinute(_ExecutionCounts, Base):
     """Step executions that finished in one minute, per (class, step, kind, error class):
-    what the charts and the failures page read instead of every execution of their window
-    (issue 26). Rolled up by housekeeping from the executions of settled minutes and written
-    only by :mod:`geneva_drive.rollups`; minutes not rolled up yet are read from the
-    executions. ``minute`` is whole minutes since 1970-01-01 UTC."""
+     what the charts and the failures page read instead of every execution of their window
+    . Rolled up by housekeeping from the executions of settled minutes and written
+     only by :mod:`geneva_drive.rollups`; minutes not rolled up yet are read from the
+     executions. ``minute`` is whole minutes since 1970-01-01 UTC."""
 
     __tablename__ = "geneva_drive_execution_minutes"
 
@@ -674,7 +674,7 @@ class ExecutionMinute(_ExecutionCounts, Base):
 class ExecutionHour(_ExecutionCounts, Base):
     """The same counts per whole hour, summed from :class:`ExecutionMinute` once every minute
     of the hour is rolled up: the failures page's 7 days and the day chart read 24 or 168 rows
-    per group instead of 1,440 or 10,080 (issue 26). ``minute`` is the hour's first minute."""
+    per group instead of 1,440 or 10,080. ``minute`` is the hour's first minute."""
 
     __tablename__ = "geneva_drive_execution_hours"
 
@@ -698,7 +698,7 @@ class RollupMark(Base):
 
 @dataclass(frozen=True)
 class MySQLIndexForm:
-    """The MariaDB/MySQL form of a partial index of the models (reference engine-core §1).
+    """The MariaDB/MySQL form of a partial index of the models.
 
     A unique partial index becomes a STORED generated column holding the index key while the
     row is in the indexed state and NULL otherwise, under a plain unique index of that one

@@ -1,4 +1,4 @@
-"""Operator actions on a workflow from outside its steps (reference engine-core §5).
+"""Operator actions on a workflow from outside its steps.
 
 Each runs in the caller's transaction under the workflow lock, rechecks the state after taking
 the lock, and refuses with :class:`InvalidStateError` naming the workflow and the way out.
@@ -14,7 +14,7 @@ from sqlalchemy.orm import class_mapper
 
 # persistence.flush, not Session.flush(): the engine writes its own rows by Core UPDATE, which
 # also works for a workflow whose class is gone (loaded as plain Workflow), where the unit of
-# work warns about the row's polymorphic identity (issue 17).
+# work warns about the row's polymorphic identity.
 from geneva_drive import persistence, registry, scheduling, signals, states, timeouts, transitions
 from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepNotDefinedError
 from geneva_drive.models import StepExecution
@@ -142,7 +142,7 @@ def _release_running(session: Any, workflow: Workflow, state: str) -> StepExecut
 
 
 def resume(workflow: Workflow) -> StepExecution | None:
-    """Resume a paused workflow (reference engine-core §5.4).
+    """Resume a paused workflow.
 
     The preserved execution is re-sent (overdue ones run now); a parked one past its time-out
     fires it, otherwise it is re-matched against buffered signals; a resumable step paused
@@ -167,7 +167,7 @@ def resume(workflow: Workflow) -> StepExecution | None:
     transitions.workflow_ready(workflow)
     if current is not None:
         if current.state == StepState.WAITING:
-            # Its deadline passed while paused: the time-out fires now (SPEC §6.1).
+            # Its deadline passed while paused: the time-out fires now (docs/MANUAL.md, "Time-bounded waits").
             if not timeouts.fire_on_resume(session, workflow, current):
                 signals.rendezvous_waiting(session, workflow, current)
             return scheduling.current_execution(session, workflow)
@@ -313,7 +313,7 @@ def resume_at(
 
     ``workflow_class`` (a registered class or its ``workflow_name``) moves a workflow whose
     class no longer exists (it loads as plain ``Workflow``) onto a class that does, and
-    resumes it at a step of that class (SPEC §2.2).
+    resumes it at a step of that class (docs/MANUAL.md, "Quick reference").
     """
     _check(Operation.RESUME_AT, workflow, states.can_resume_at(workflow.state))
     target = _target_class(workflow, workflow_class)

@@ -239,7 +239,7 @@ def waiting_refusal(
         return ""
     if not awaited:
         if any(children.is_join(workflow, step) for step in steps):
-            # A join parks in "waiting" too (SPEC §6.3); it is not stranded.
+            # A join parks in "waiting" too (docs/MANUAL.md, "Fan-out and join: child workflows"); it is not stranded.
             open_count = f" ({workflow.children_open} open)" if detail else ""
             return f"waiting for its child workflows{open_count}, not for a signal"
         return f"parked on `{steps[0]}`, which no longer waits for a signal"

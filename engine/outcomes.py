@@ -1,4 +1,4 @@
-"""One table from a step run's outcome to its transitions (issue 25).
+"""One table from a step run's outcome to its transitions.
 
 A step run ends in one of a few ways: its body returned, a resumable step stopped at a
 checkpoint, the body called flow control (``cancel()``, ``pause()``, ``skip()``,
@@ -14,7 +14,7 @@ computed first and applied in one place. Nothing here touches the database or an
 :mod:`geneva_drive.transitions` still writes every state, :mod:`geneva_drive.states` still
 says which moves are legal (tests/engine/test_outcomes_table.py checks every row against it).
 
-Rows (reference engine-core §4.4 and §4.5)::
+Rows (the gem's rules)::
 
     cause  action       step state / outcome        workflow   then
     step   completed    completed / success*        ready      next step (or finished)
@@ -177,7 +177,7 @@ def decide(cause: Cause, action: str, *, resumable: bool = False) -> Decision:
 
 
 def prepare_failed(decision: Decision) -> Decision:
-    """A policy's decision for an exception raised before the body ran (reference §4.2 k).
+    """A policy's decision for an exception raised before the body ran.
 
     The execution fails whatever the policy says, and only the workflow follows the policy;
     ``finished`` pauses it (the gem's rule: its prepare handler knows no finish).

@@ -315,14 +315,14 @@ def insert_new(
     ``sweep`` (workflow id, time): that workflow's stray executions are canceled first too
     (:func:`sweep_strays`). Where the dialect can (``Dialect.write_updates_and_insert``,
     PostgreSQL), the pending writes, the sweep and the INSERT go out as one statement: a
-    step's outcome and its successor's row in one round trip (issue 33).
+    step's outcome and its successor's row in one round trip.
 
     ``deferred_id`` (an execution with a ``sweep``, its id drawn from the sequence already):
     nothing is written now. The object joins the session persistent under that id, and its
     row goes out at the next write of this session (:func:`write_deferred`: the next flush,
     INSERT or commit), with whatever its attributes say then, in the same statement as the
     pending writes and the sweep where the dialect can. The executor starts an inline
-    successor in between, so its row is inserted started (issue 33).
+    successor in between, so its row is inserted started.
     """
     state: InstanceState[Any] = inspect(obj)
     table = state.mapper.persist_selectable

@@ -1,7 +1,7 @@
 """Exception policies: what happens to a workflow when a step raises.
 
 Ported from geneva_drive's ``exception_policy.rb`` and ``combined_exception_policy.rb``
-(reference signals-policies-housekeeping.md §3). A policy is declarative
+(docs/MANUAL.md, "Exception policies"). A policy is declarative
 (``ExceptionPolicy("reattempt", wait=…, max_reattempts=3)``) or imperative
 (``ExceptionPolicy(handler=lambda wf, error: wf.skip())``).
 """
@@ -324,7 +324,7 @@ def step_policy_from_option(
     max_reattempts_given: bool,
     terminal_action: Any,
 ) -> ExceptionPolicy | CombinedExceptionPolicy | None:
-    """Build the step-level policy of ``@step(on_exception=…)`` (reference §3.3).
+    """Build the step-level policy of ``@step(on_exception=…)``.
 
     Raises StepConfigurationError with the gem's messages, naming the step.
     """

@@ -1,6 +1,6 @@
 """Prometheus metrics: executor counters and histograms, and the database gauges collector.
 
-Two kinds of numbers, from two places (SPEC §5):
+Two kinds of numbers, from two places:
 
 * **Events** (counters, histograms) are counted where they happen: the executor, signal
   delivery, operator actions and housekeeping send blinker events
@@ -174,28 +174,28 @@ class EventMetrics:
             ),
             wait_timeouts=Counter(
                 "geneva_drive_wait_timeouts",
-                "Waits for a signal that timed out (SPEC §6.1), by the step's on_timeout action "
+                "Waits for a signal that timed out, by the step's on_timeout action "
                 "(run, skip, cancel, pause).",
                 ["workflow", "step", "action"],
                 registry=registry,
             ),
             children_started=Counter(
                 "geneva_drive_children_started",
-                "Child workflows started by a step of their parent (SPEC §6.3), by the parent's "
+                "Child workflows started by a step of their parent, by the parent's "
                 "workflow class.",
                 ["workflow"],
                 registry=registry,
             ),
             children_joined=Counter(
                 "geneva_drive_children_joined",
-                "Child workflows whose end reached their parent (once per child, SPEC §6.3), by "
+                "Child workflows whose end reached their parent (once per child), by "
                 "the parent's workflow class and the child's end (finished, canceled).",
                 ["workflow", "state"],
                 registry=registry,
             ),
             limit_deferrals=Counter(
                 "geneva_drive_limit_deferrals",
-                "Executions deferred at their start by a concurrency or rate limit (SPEC §6.2): "
+                "Executions deferred at their start by a concurrency or rate limit: "
                 "no slot or token of their key was free. Labelled by the limit's name only "
                 "(keys are unbounded).",
                 ["limit"],
@@ -405,7 +405,7 @@ def _on_housekeeping(sender: Any, **payload: Any) -> None:
 
 
 class DatabaseCollector(Collector):
-    """The SPEC §5 gauges, from :func:`geneva_drive.metrics.get_snapshot` at scrape time.
+    """The gauges of docs/MANUAL.md, "Metrics and alerting", from :func:`geneva_drive.metrics.get_snapshot` at scrape time.
 
     Each workflow class present in the database gets every series (zeros included), so
     "no series" always means "no such class", never "zero". ``geneva_drive_waiting_overdue``
@@ -559,8 +559,8 @@ def clear_limit_cache() -> None:
 
 
 class LimitCollector(Collector):
-    """``geneva_drive_limit_in_use{limit}`` and ``geneva_drive_limit_waiting{limit}`` (SPEC
-    §6.2): grouped over the limited executions only (the partial slot indexes), cached like
+    """``geneva_drive_limit_in_use{limit}`` and ``geneva_drive_limit_waiting{limit}`` (docs/MANUAL.md,
+    "Concurrency and rate limits"): grouped over the limited executions only (the partial slot indexes), cached like
     the other database gauges. Nothing is read, and nothing exposed, while no registered class
     declares a limit. The cache period is the snapshot's (``METRICS_CACHE_SECONDS``), so one
     setting says how fresh every database gauge is."""

@@ -1,5 +1,5 @@
 """Step executions finished per minute, rolled up, for the charts and the failures page
-(issue 26).
+(an earlier review).
 
 The dashboard's trend charts (the last hour by minute, the last day by hour) and its failure
 groups (the last hour, day or week) count the executions that finished in their window, per

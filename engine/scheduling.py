@@ -1,4 +1,4 @@
-"""Creating step executions and handing them to the transport (reference engine-core §3.4).
+"""Creating step executions and handing them to the transport.
 
 Every function here runs inside the caller's transaction, with the workflow lock taken by
 :func:`lock_workflow`. ``create_step_execution`` is the only "normal" scheduler; every path
@@ -103,7 +103,7 @@ def _strays_loaded(session: Session, workflow: Workflow) -> bool:
 
 
 def job_options_for(workflow: Workflow, step_def: StepDefinition | None) -> dict[str, Any]:
-    """Class < instance < step (reference engine-core §8)."""
+    """Class < instance < step."""
     return merge(
         type(workflow).class_step_job_options(),
         workflow.step_job_options,
@@ -128,7 +128,7 @@ def plan(
     without changing ``scheduled_for``, as in the gem.
 
     No message ever carries a countdown beyond the dispatch horizon: a worker would hold it in
-    memory and Redis would redeliver it past its visibility timeout (SPEC §1.2). A ``wait`` or
+    memory and Redis would redeliver it past its visibility timeout (docs/MANUAL.md, "The row is the schedule; Celery is only the transport"). A ``wait`` or
     ``wait_until`` job option that lies beyond the horizon is therefore held like a far
     ``scheduled_for``: the second value is that later time, which the caller writes into
     ``scheduled_for``, so the dispatcher sends the row when it is near. On a forced send a
@@ -222,11 +222,11 @@ def _insert_execution(
         held = None
     limited = limits.has_limits(workflow, step_def)
     if limited:
-        # Keys are evaluated now and stored on the row (SPEC §6.2); unlimited steps skip this.
+        # Keys are evaluated now and stored on the row (docs/MANUAL.md, "Concurrency and rate limits"); unlimited steps skip this.
         columns.update(limits.columns(workflow, step_def))
     deferred_id = None
     if held is not None and not fresh and not limited:
-        # The executor may start this successor before its commit (issue 33): then its row is
+        # The executor may start this successor before its commit: then its row is
         # inserted started, with its predecessor's outcome (persistence.write_deferred).
         deferred_id = inline.deferred_id(session, workflow, step_def)
         if deferred_id is not None and _strays_loaded(session, workflow):
@@ -279,7 +279,7 @@ def create_successor_execution(
     """The next link of a resumable chain: same step, the predecessor's cursor and signal pin.
 
     The link takes the step's current name: a chain begun before ``renamed_step`` continues
-    under the new name (SPEC §6.4: scheduling never uses the old name again). Without a
+    under the new name (docs/MANUAL.md, "Changing workflows in production": scheduling never uses the old name again). Without a
     definition the stored name is kept, so the stranded link stays visible under it."""
     step_def = workflow.steps.named(predecessor.step_name)
     return _insert_execution(

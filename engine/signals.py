@@ -1,4 +1,4 @@
-"""Workflow signals: deliver, deduplicate, wake, claim and consume (reference signals §2).
+"""Workflow signals: deliver, deduplicate, wake, claim and consume.
 
 A signal is an external event for one workflow (a webhook, a countersignature). A step with
 ``wait_for=`` parks at the gate until a matching signal is attached. Lifecycle:
@@ -163,7 +163,7 @@ def deliver(
     idempotency_key: Any = None,
     **unknown: Any,
 ) -> Signal:
-    """``workflow.signal(...)``: one atomic delivery (reference signals §2.5)."""
+    """``workflow.signal(...)``: one atomic delivery."""
     if unknown:
         raise TypeError(f"Unknown options passed to signal(): {', '.join(sorted(unknown))}")
     if name is None or str(name).strip() == "":
@@ -226,7 +226,7 @@ def _lock_or_refuse(session: Session, workflow: Workflow, name: str) -> None:
     try:
         scheduling.lock_workflow(session, workflow)
     except InvalidRequestError as error:
-        # 2026-11-29, issue 8: housekeeping deletes an old finished workflow in its own short
+        # 2026-11-29, housekeeping deletes an old finished workflow in its own short
         # transaction, so it can vanish between the caller loading it and this lock (a webhook
         # retrying a signal to a long-finished workflow). That is a refusal, not a crash.
         if session.scalar(select(cls.id).where(cls.id == workflow_id)) is not None:

@@ -72,13 +72,13 @@ class Outcome(StrEnum):
     RECOVERED = "recovered"
     WORKFLOW_PAUSED = "workflow_paused"
     #: The wait for a signal ran past the step's ``timeout=`` and ``on_timeout=`` acted
-    #: (SPEC §6.1): on the parked execution, or for ``"run"`` on the execution that ran.
+    #: (docs/MANUAL.md, "Time-bounded waits"): on the parked execution, or for ``"run"`` on the execution that ran.
     TIMED_OUT = "timed_out"
 
 
 class ChildFailureAction(StrEnum):
     """What a step's ``on_child_failure=`` does when a child it waited for ended canceled
-    (SPEC §6.3)."""
+    (docs/MANUAL.md, "Fan-out and join: child workflows")."""
 
     #: The join's execution ends canceled and the workflow is paused; resume() runs the step.
     PAUSE = "pause"
@@ -89,7 +89,7 @@ class ChildFailureAction(StrEnum):
 
 
 class TimeoutAction(StrEnum):
-    """What a step's ``on_timeout=`` does when its wait for a signal runs out (SPEC §6.1)."""
+    """What a step's ``on_timeout=`` does when its wait for a signal runs out (docs/MANUAL.md, "Time-bounded waits")."""
 
     #: The body runs without a signal (``received_signal is None``, ``wait_timed_out``).
     RUN = "run"
@@ -218,7 +218,7 @@ STEP_STATE_TIMESTAMP: dict[str, str] = {
     StepState.CANCELED: "canceled_at",
 }
 
-#: Every (state, outcome) pair a step execution may hold (reference engine-core §2.3). Live
+#: Every (state, outcome) pair a step execution may hold. Live
 #: executions carry no outcome; each final state allows only the outcomes its producers write.
 STEP_STATE_OUTCOMES: dict[str, frozenset[str | None]] = {
     StepState.SCHEDULED: frozenset({None}),
@@ -295,7 +295,7 @@ def is_overdue(state: str, scheduled_for: datetime, due_before: datetime) -> boo
 
 
 # Operator predicates: the dashboard's buttons and the flow-control methods ask these, so the
-# rules of reference §5 live in exactly one place.
+# rules of the gem live in exactly one place.
 
 
 def can_pause(state: str) -> bool:

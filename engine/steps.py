@@ -2,7 +2,7 @@
 
 ``@step``, ``@resumable_step``, ``removed_step()`` and ``renamed_step(to=...)`` leave a
 :class:`StepSpec` in the class body; ``Workflow.__init_subclass__`` turns the specs into :class:`StepDefinition` objects in
-definition order and validates them *when the class is defined* (reference engine-core §3.1).
+definition order and validates them *when the class is defined*.
 """
 
 from __future__ import annotations
@@ -51,15 +51,15 @@ class StepDefinition:
     max_runtime: timedelta | None = None
     #: The workflow method that runs the step (so a subclass may override it by name).
     method_name: str | None = None
-    #: How long the step waits for its signal once parked (SPEC §6.1); None: for ever.
+    #: How long the step waits for its signal once parked (docs/MANUAL.md, "Time-bounded waits"); None: for ever.
     timeout: timedelta | None = None
     #: What happens when ``timeout`` runs out (set exactly when ``timeout`` is).
     on_timeout: TimeoutAction | None = None
-    #: Parks until every child workflow started before it has ended (SPEC §6.3).
+    #: Parks until every child workflow started before it has ended (docs/MANUAL.md, "Fan-out and join: child workflows").
     wait_for_children: bool = False
     #: What a child that ended canceled does to the join (set exactly when waiting for them).
     on_child_failure: ChildFailureAction | None = None
-    #: Limits of this step (SPEC §6.2, engine/limits.py).
+    #: Limits of this step (docs/MANUAL.md, "Concurrency and rate limits", engine/limits.py).
     concurrency_limit: ConcurrencyLimit | None = None
     rate_limit: RateLimit | None = None
 
@@ -200,7 +200,7 @@ _CHILD_FAILURE_ACTIONS = ", ".join(f'"{action}"' for action in ChildFailureActio
 def _check_children(
     label: str, wait_for_children: Any, on_child_failure: Any, *, waits_for_signal: bool
 ) -> tuple[bool, ChildFailureAction | None]:
-    """``wait_for_children=`` and ``on_child_failure=`` (SPEC §6.3)."""
+    """``wait_for_children=`` and ``on_child_failure=`` (docs/MANUAL.md, "Fan-out and join: child workflows")."""
     if not isinstance(wait_for_children, bool):
         raise StepConfigurationError(
             f"{label} has invalid wait_for_children={wait_for_children!r}: use True or False"
@@ -233,11 +233,11 @@ _TIMEOUT_ACTIONS = ", ".join(f'"{action}"' for action in TimeoutAction)
 def _check_timeout(
     label: str, timeout: Any, on_timeout: Any, *, waits: bool
 ) -> tuple[timedelta | None, TimeoutAction | None]:
-    """``timeout=`` and ``on_timeout=`` (SPEC §6.1): a step that waits may give up, and its
+    """``timeout=`` and ``on_timeout=`` (docs/MANUAL.md, "Time-bounded waits"): a step that waits may give up, and its
     author says what happens then; the engine never picks an action for them.
 
     ``waits``: the step waits for something a time-out can end - a signal (``wait_for=``) or
-    its child workflows (``wait_for_children=True``, SPEC §6.3).
+    its child workflows (``wait_for_children=True``, docs/MANUAL.md, "Fan-out and join: child workflows").
     """
     if timeout is None:
         if on_timeout is not None:

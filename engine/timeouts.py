@@ -1,4 +1,4 @@
-"""Time-bounded waits: what happens when a parked step's ``timeout=`` runs out (SPEC §6.1).
+"""Time-bounded waits: what happens when a parked step's ``timeout=`` runs out (docs/MANUAL.md, "Time-bounded waits").
 
 A step with ``wait_for=`` and ``timeout=`` parks like any other; parking also writes the
 deadline, ``timeout_at`` (engine/transitions.py, ``park_execution``). The dispatcher's sweep

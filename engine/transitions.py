@@ -5,7 +5,7 @@ This is the only code that assigns ``state`` (and ``current_step_name``, ``next_
 executor, the operator actions, scheduling, signals and housekeeping call one function per
 transition; each asks the tables of :mod:`geneva_drive.states` whether the move is legal
 (:class:`~geneva_drive.errors.InvalidTransitionError` otherwise) and then writes the state with
-all of its bookkeeping, so no caller can forget a column. (Issue 17: the copies that lived in
+all of its bookkeeping, so no caller can forget a column. (the copies that lived in
 five modules had drifted - an operator's skip left ``finished_at`` NULL and
 ``current_step_name`` pointing at the step it skipped, which scheduling then counted from.)
 
@@ -14,14 +14,14 @@ The rules the functions keep (tests/reliability/invariants.py checks them):
 * ``current_step_name`` is set exactly while the workflow is ``performing``: entering
   ``performing`` names the running step; entering any other state clears it.
 * ``transitioned_at`` is set on entering ``paused``, ``finished`` or ``canceled`` and cleared
-  when a workflow leaves ``paused`` (reference engine-core §2.1).
+  when a workflow leaves ``paused``.
 * every closed execution has ``finished_at`` and the timestamp of its state
   (``STEP_STATE_TIMESTAMP``), and an outcome the state allows (``STEP_STATE_OUTCOMES``).
 
 Nothing here touches the database, with one exception: a workflow that has a parent, or whose
 class has ``cancel_children``, reports its end (finished, canceled) through
 :mod:`geneva_drive.children` as it enters it, so that no path that ends a workflow can forget
-its parent or its children (SPEC §6.3). The caller holds the locks and owns the transaction.
+its parent or its children (docs/MANUAL.md, "Fan-out and join: child workflows"). The caller holds the locks and owns the transaction.
 The executor calls these on every step, so each is a few attribute writes and a dict lookup.
 """
 
@@ -58,7 +58,7 @@ _STAMPED_WORKFLOW_STATES = frozenset(
 def transition_step(execution: StepExecution, new_state: str, outcome: str | None = None) -> None:
     """Move ``execution`` to ``new_state`` with its timestamp(s) and ``outcome``, if legal.
 
-    The primitive under the named transitions below (no same-state shortcut: reference §2.2).
+    The primitive under the named transitions below (no same-state shortcut).
     """
     check_step_transition(execution.state, new_state)
     now = utcnow()
@@ -86,8 +86,8 @@ def park_execution(
 
     ``awaiting`` (the signal name the step waited for when it parked) goes into the
     execution's metadata, so ``check-deploy`` can tell when new code changed a ``wait_for``
-    under executions still waiting (SPEC §6.4); a step with ``timeout=`` starts its clock
-    here (``timeout_at``, SPEC §6.1).
+    under executions still waiting (docs/MANUAL.md, "Changing workflows in production"); a step with ``timeout=`` starts its clock
+    here (``timeout_at``, docs/MANUAL.md, "Time-bounded waits").
     """
     transition_step(execution, StepState.WAITING)
     execution.waiting_since = since = utcnow()
@@ -104,7 +104,7 @@ def arm_timeout(execution: StepExecution, timeout_at: datetime | None) -> None:
 
 
 def time_out_execution(execution: StepExecution, action: str) -> None:
-    """waiting -> what ``on_timeout`` says, recording ``timed_out_at`` (SPEC §6.1).
+    """waiting -> what ``on_timeout`` says, recording ``timed_out_at`` (docs/MANUAL.md, "Time-bounded waits").
 
     ``"run"``: woken to scheduled, due now; it passes the gate without a signal and ends with
     outcome ``timed_out`` when its body completes. ``"skip"``: skipped, ``"cancel"`` and
@@ -194,7 +194,7 @@ def new_workflow_columns() -> dict[str, Any]:
 def transition_workflow(workflow: Workflow, new_state: str, step_name: str | None = None) -> None:
     """Move ``workflow`` to ``new_state`` with ``transitioned_at`` and ``current_step_name``.
 
-    Same-state is a silent no-op for the state (reference §2.1). ``step_name`` names the
+    Same-state is a silent no-op for the state. ``step_name`` names the
     running step on entering ``performing``; every other state clears ``current_step_name``.
     Columns are written only when they change: the executor's row write stays minimal.
     """
@@ -237,7 +237,7 @@ def workflow_canceled(workflow: Workflow) -> None:
 
 def workflow_finished(workflow: Workflow, *, out_of_steps: bool = False) -> None:
     """-> finished. Terminal. ``out_of_steps``: no step follows, so ``next_step_name`` is
-    cleared too; ``finish()`` in a step keeps it naming that step (reference §2.4)."""
+    cleared too; ``finish()`` in a step keeps it naming that step."""
     if out_of_steps:
         workflow.next_step_name = None
     transition_workflow(workflow, WorkflowState.FINISHED)
@@ -263,7 +263,7 @@ def _ended(workflow: Workflow, old: str) -> None:
 
 
 def point_at(workflow: Workflow, step_name: str) -> None:
-    """``next_step_name`` names the step of the execution just created (reference §2.4)."""
+    """``next_step_name`` names the step of the execution just created."""
     if workflow.next_step_name != step_name:  # unchanged: no UPDATE of the workflow row
         workflow.next_step_name = step_name
 

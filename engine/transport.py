@@ -1,6 +1,6 @@
 """How "run execution N" messages leave the process, and when.
 
-The database row is the schedule; a transport only carries "run execution N now" (SPEC §1.2).
+The database row is the schedule; a transport only carries "run execution N now" (docs/MANUAL.md, "The row is the schedule; Celery is only the transport").
 Messages are queued on the SQLAlchemy session and sent right after the transaction that
 created them commits, never before, and never at all if it rolls back.
 
@@ -57,7 +57,7 @@ class NullTransport:
 
 
 class RecordingTransport:
-    """Records messages instead of sending them (tests; SPEC §2.6)."""
+    """Records messages instead of sending them (tests; docs/MANUAL.md, "Testing")."""
 
     def __init__(self) -> None:
         self.messages: list[Message] = []
@@ -90,7 +90,7 @@ def get_transport() -> Transport:
 
 def require_publisher(role: str) -> None:
     """Refuse to start ``role`` if it would publish step messages to a broker it was not given
-    (SPEC §6.6): ConfigurationError naming ``GENEVA_BROKER_URL``. A process whose transport is
+    (docs/MANUAL.md, "Adding GenevaDrive to an existing Flask app"): ConfigurationError naming ``GENEVA_BROKER_URL``. A process whose transport is
     not Celery's (the embedded worker's, a test's) publishes nothing and passes."""
     from geneva_drive import celery_client
 

@@ -146,7 +146,7 @@ class Workflow(TimestampMixin, Base):
     metadata_: Mapped[dict[str, Any] | None] = mapped_column("metadata", JSONType())
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
     transitioned_at: Mapped[datetime | None] = mapped_column(UTCDateTime())
-    # Child workflows (SPEC §6.3, engine/children.py, migration 0009). ``parent_id`` names the
+    # Child workflows (docs/MANUAL.md, "Fan-out and join: child workflows", engine/children.py, migration 0009). ``parent_id`` names the
     # workflow whose step started this one; SET NULL, so housekeeping may delete an old parent
     # before its children. ``children_open`` counts this workflow's children that have not ended
     # yet and ``children_canceled`` those that ended canceled since the last join: each child's
@@ -234,9 +234,9 @@ class Workflow(TimestampMixin, Base):
     exception_policies: ClassVar[Any] = ()
     may_proceed_without_hero: ClassVar[bool] = False
     #: Canceling a workflow of this class cancels its ongoing children in the same transaction
-    #: (SPEC §6.3).
+    #: (docs/MANUAL.md, "Fan-out and join: child workflows").
     cancel_children: ClassVar[bool] = False
-    #: A ``ConcurrencyLimit`` covering each step of the class (SPEC §6.2); inherited.
+    #: A ``ConcurrencyLimit`` covering each step of the class (docs/MANUAL.md, "Concurrency and rate limits"); inherited.
     concurrency_limit: ClassVar[ConcurrencyLimit | None] = None
     #: A ``geneva_drive.Schedule``: the dispatcher creates a workflow of this class at each of
     #: its ticks (docs/MANUAL.md, "Recurring work"). Not inherited: a subclass declares its own.
@@ -255,7 +255,7 @@ class Workflow(TimestampMixin, Base):
     #: The signal attached to the running step (None for steps without ``wait_for``).
     received_signal: Any = None
     #: True inside a step body that runs because its wait for a signal timed out
-    #: (``on_timeout="run"``, SPEC §6.1); ``received_signal`` is None then.
+    #: (``on_timeout="run"``, docs/MANUAL.md, "Time-bounded waits"); ``received_signal`` is None then.
     wait_timed_out: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -623,7 +623,7 @@ class Workflow(TimestampMixin, Base):
     def start_child(self, cls: builtins.type[W], hero: Any = None, **create_options: Any) -> W:
         """In a step: create a child workflow as ``cls.create`` would, in the step's own
         transaction (an attempt that does not succeed starts none), with ``parent_id`` set.
-        A later step with ``wait_for_children=True`` waits for it (SPEC §6.3)."""
+        A later step with ``wait_for_children=True`` waits for it (docs/MANUAL.md, "Fan-out and join: child workflows")."""
         child: W = children.start_child(self, cls, hero=hero, **create_options)
         return child
 

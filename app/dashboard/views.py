@@ -131,7 +131,7 @@ def failures() -> Any:
 
 @bp.get("/limits")
 def limits() -> Any:
-    """Concurrency and rate limits (SPEC §6.2): in use, waiting and deferred, the keys with
+    """Concurrency and rate limits (docs/MANUAL.md, "Concurrency and rate limits"): in use, waiting and deferred, the keys with
     the most of each, how long the oldest waits and an estimate of the time to drain."""
     return render(
         "dashboard/limits.html",

@@ -253,7 +253,7 @@ class Dialect:
         self, table: Table, values: list[dict[str, Any]], keys: Sequence[Column[Any]], column: str
     ) -> Any:
         """``INSERT`` of ``values``; where a row with the same ``keys`` exists, its ``column``
-        is increased by the new row's value instead (the per-state counts, issue 26)."""
+        is increased by the new row's value instead (the per-state counts)."""
         raise NotImplementedError(f"{self.name}: no adding upsert")
 
     def insert_unless_duplicate(self, table: Table) -> Any:
@@ -286,7 +286,7 @@ class SubqueryFirst(ColumnElement[bool]):
     As a plain IN or a join, with an ``ORDER BY id LIMIT`` or a misestimated history, the
     planner may instead walk the workflows (the primary key backwards for ``?due=stuck``: 157k
     buffers at 5M; a hash join over every finished workflow for the doctor's
-    terminal-with-live-execution rule: 1.7 s at 200k, issue 26). Other backends get the IN.
+    terminal-with-live-execution rule: 1.7 s at 200k). Other backends get the IN.
     """
 
     type = Boolean()

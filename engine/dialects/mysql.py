@@ -9,7 +9,7 @@ Connections run at READ COMMITTED, not InnoDB's default REPEATABLE READ, on purp
   transaction's first snapshot and find nothing), and a workflow lock taken after waiting
   must be read with the state the other side committed. PostgreSQL, where the engine was
   written, runs READ COMMITTED by default; every lock section was designed for it.
-- Measured (issue 19): at REPEATABLE READ tests/engine/test_signals_race.py fails on MariaDB.
+- Measured: at REPEATABLE READ tests/engine/test_signals_race.py fails on MariaDB.
   A gate that parks its step reads the workflow's signals in a snapshot older than a signal
   committed meanwhile, and no one wakes the step: a lost wake-up.
 - REPEATABLE READ makes locking reads and unique checks take gap and next-key locks: two
@@ -97,7 +97,7 @@ class MySQLDialect(Dialect):
         return merged
 
     def lock_candidates_first(self) -> bool:
-        # InnoDB locks every row its scan reads before it tests the WHERE clause (issue 19).
+        # InnoDB locks every row its scan reads before it tests the WHERE clause.
         return True
 
     def through_index(self, query: Select[*_Ts], table: Table, index: str) -> Select[*_Ts]:

@@ -2,7 +2,7 @@
 
 They commit the workflow's session first (like a worker, the executor sees only committed
 rows), run executions in that same session, and reload the workflow afterwards. Semantics and
-messages follow the gem's test helpers (reference signals-policies-housekeeping.md §5).
+messages follow the gem's test helpers.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def speedrun_workflow(workflow: Any, max_iterations: int = 100) -> Any:
 
 
 def speedrun_children(parent: Any, max_iterations: int = 100) -> list[Any]:
-    """``speedrun_workflow`` each ongoing child of ``parent``, oldest first (SPEC §6.3); their
+    """``speedrun_workflow`` each ongoing child of ``parent``, oldest first (docs/MANUAL.md, "Fan-out and join: child workflows"); their
     ends reach the parent as in production (the last one wakes a parked join). The parent's own
     steps do not run: call ``speedrun_workflow(parent)`` afterwards. Returns the children."""
     session = _reload(parent)
@@ -317,7 +317,7 @@ def assert_waiting_for_signal(workflow: Any, signal_name: str | None = None) -> 
 
 def expire_wait(workflow: Any) -> StepExecution:
     """Let the parked execution's time-out run out now and fire it, as the dispatcher would
-    (SPEC §6.1); return the execution.
+    (docs/MANUAL.md, "Time-bounded waits"); return the execution.
 
     Its ``on_timeout`` is applied and committed: ``"run"`` leaves the execution scheduled (run
     it with :func:`perform_next_step`), the others close it. A paused workflow does not time
