@@ -8,11 +8,16 @@ at 1280 and 390 px, with axe-core finding no serious violation on what they look
   list and in ``/signals``'s "Recently timed out";
 * the day chart's last tick reads "now", not an hour still to come;
 * ``/`` searches from any page, the focus ring stands out, the fixed live control at 390 px
-  leaves the last row readable, and a failed refresh dims the numbers and says they are stale.
+  leaves the last row readable, and a failed refresh dims the numbers and says they are stale;
+* a burst of executions in one minute is drawn clipped on the hour chart, so the minutes
+  around it keep their height;
+* a signal sent to a wave waiting for its children is stored pending, and the operator reads
+  that nothing waits for it.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +28,7 @@ from sqlalchemy import select
 from geneva_drive import db
 from geneva_drive.examples.checkout import CheckoutWorkflow
 from geneva_drive.examples.fulfilment import WarehouseWaveWorkflow
+from geneva_drive.models import Signal, StepExecution, utcnow
 from geneva_drive.workflow import Workflow
 from tests.browser.conftest import login
 from tests.browser.test_accessibility import AXE, _serious, watch
@@ -198,3 +204,107 @@ def _contrast(a: str, b: str) -> bool:
         return True
     x, y = sorted((_luminance(a), _luminance(b)), reverse=True)
     return (x + 0.05) / (y + 0.05) >= 3.0
+
+
+def test_a_burst_is_clipped_and_the_other_minutes_keep_their_height(live_server, screen):
+    from playwright.sync_api import expect
+
+    page = screen
+    base = live_server.url
+    login(page, base, "olga")
+    hour = page.locator("section.trend").first.locator("figure").first
+    expect(hour.locator("g.bar").first).to_be_attached()
+    tallest = max(_bar_totals(hour))
+    # A seeding burst: ten times the busiest minute so far finishes in this minute.
+    burst = max(200, tallest * 10)
+    _finish_executions(burst)
+
+    clipped = hour.locator("g.bar.clipped")
+    expect(clipped).to_have_count(1, timeout=30_000)
+    expect(clipped.locator("rect.clip-mark")).to_have_count(1)
+    expect(clipped.locator("title")).to_contain_text("off the scale")
+    expect(hour.locator("figcaption .clip-note")).to_have_text(
+        "1 bar off the scale, marked at the top"
+    )
+    # The scale follows the minutes around the burst, not the burst: it tops out at one and a
+    # half times the busiest of them, which stands over half the chart's height (unclipped,
+    # it would be a sliver of 80 / 10 px).
+    scale = int(
+        re.search(r"scale 0.([\d,]+) executions", hour.locator("figcaption").inner_text())  # type: ignore[union-attr]
+        .group(1)
+        .replace(",", "")
+    )
+    others = [t for t in _bar_totals(hour) if t < burst]
+    assert scale <= math.ceil(1.5 * max(others)) < burst, (scale, others, burst)
+    if max(others):
+        assert max(_bar_heights(hour, clipped=False)) >= 40, _bar_heights(hour, clipped=False)
+    _no_axe_violations(page)
+
+
+def _bar_totals(figure: Any) -> list[int]:
+    """Each bar's executions, read from its tooltip ("12:03 UTC: 40 completed, 1 failed, …")."""
+    totals = []
+    for title in figure.locator("g.bar title").all_text_contents():
+        counts = re.findall(r"([\d,]+) (?:completed|failed|reattempted)", title)
+        totals.append(sum(int(n.replace(",", "")) for n in counts))
+    return totals
+
+
+def _bar_heights(figure: Any, clipped: bool) -> list[float]:
+    selector = "g.bar.clipped" if clipped else "g.bar:not(.clipped)"
+    heights: list[float] = figure.locator(selector).evaluate_all(
+        "bars => bars.map(b => [...b.querySelectorAll('rect[class^=k-]')]"
+        ".reduce((sum, r) => sum + Number(r.getAttribute('height')), 0))"
+    )
+    return heights
+
+
+def _finish_executions(count: int) -> None:
+    """``count`` executions of a finished demo workflow that completed just now, as a burst of
+    fast steps would leave them."""
+    now = utcnow()
+    with db.new_session() as session:
+        owner = session.scalar(
+            select(Workflow.id).where(Workflow.state == "finished").order_by(Workflow.id)
+        )
+        assert owner is not None
+        session.add_all(
+            StepExecution(
+                workflow_id=owner,
+                step_name="burst",
+                state="completed",
+                outcome="success",
+                scheduled_for=now,
+                started_at=now,
+                completed_at=now,
+                finished_at=now,
+            )
+            for _ in range(count)
+        )
+        session.commit()
+
+
+def test_a_signal_to_a_wave_says_nothing_waits_for_it(live_server, screen):
+    from playwright.sync_api import expect
+
+    page = screen
+    wave, _ = _wave()
+    base = live_server.url
+    login(page, base, "olga")
+    page.goto(f"{base}/workflows/{wave}")
+    page.locator("summary", has_text="Send signal").click()
+    page.get_by_label("Name").fill("nudge")
+    page.locator("details.signal-form").get_by_role("button", name="Send signal").click()
+
+    notice = page.locator("#wf-live p.notice")
+    expect(notice).to_contain_text("Signal nudge stored (pending), but nothing waits for it")
+    expect(notice).to_contain_text("waiting for its child workflows (4 open), not for a signal")
+    expect(notice).not_to_contain_text("delivered")
+    _no_axe_violations(page)
+    with db.new_session() as session:
+        stored = session.execute(
+            select(Signal.name, Signal.state).where(
+                Signal.workflow_id == wave, Signal.name == "nudge"
+            )
+        ).all()
+    assert [tuple(row) for row in stored] == [("nudge", "pending")]
