@@ -73,6 +73,7 @@ from geneva_drive.dashboard.extensions import db
 from geneva_drive.dashboard.rendering import render_template
 from geneva_drive.dashboard.state import dashboard_config, state
 from geneva_drive.dashboard.urls import current_endpoint, url_for
+from geneva_drive.errors import ConfigurationError, UsageError
 from geneva_drive.logsafe import escape
 from geneva_drive.models import DashboardSessionGeneration, utcnow
 
@@ -193,7 +194,7 @@ def resolve_callable(value: Any, setting: str) -> Callable[..., Any] | None:
     module_name, _, attribute = str(value).partition(":")
     found = getattr(importlib.import_module(module_name), attribute)
     if not callable(found):
-        raise TypeError(f"GENEVA_{setting} {value!r} does not name a callable")
+        raise ConfigurationError(f"GENEVA_{setting} {value!r} does not name a callable")
     return found  # type: ignore[no-any-return]
 
 
@@ -266,7 +267,7 @@ def end_sessions(name: str) -> None:
             return
         except IntegrityError:  # another logout inserted it meanwhile: bump that row
             db.session.rollback()
-    raise RuntimeError(f"could not end the sessions of {name!r}")
+    raise UsageError(f"could not end the sessions of {name!r}")
 
 
 def clear_session() -> None:

@@ -20,6 +20,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
+from geneva_drive.errors import UsageError
+
 #: This package's directory (not resolve()d: in the strict editable install it is a tree of
 #: links, and the data sits beside this package there as in the wheel).
 HERE = Path(__file__).parent
@@ -39,7 +41,7 @@ def locate(name: str) -> Path:
     for candidate in tried:
         if candidate.is_dir():
             return candidate
-    raise RuntimeError(
+    raise UsageError(
         f"GenevaDrive's dashboard cannot find its {name} (looked in "
         f"{', '.join(str(path) for path in tried)}): reinstall geneva-drive "
         "(pip install geneva-drive, or pip install -e . in a checkout)"

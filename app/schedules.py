@@ -24,9 +24,10 @@ from sqlalchemy.orm import Session
 
 from geneva_drive import lateness, registry
 from geneva_drive.dashboard.presenters import state_badge
+from geneva_drive.errors import ScheduleError
 from geneva_drive.models import ScheduleRow, utcnow
 from geneva_drive.operator_actions import schedule_state
-from geneva_drive.recurrence import Schedule, ScheduleError
+from geneva_drive.recurrence import Schedule
 from geneva_drive.states import ONGOING_WORKFLOW_STATES
 from geneva_drive.workflow import Workflow
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from flask import Flask, current_app
 
 from geneva_drive.dashboard.ratelimit import FailureLimiter
+from geneva_drive.errors import UsageError
 
 if TYPE_CHECKING:
     from flask_sqlalchemy import SQLAlchemy
@@ -42,7 +43,7 @@ def state(app: Flask | None = None) -> DashboardState:
     target = app if app is not None else current_app
     found: DashboardState | None = target.extensions.get(KEY)
     if found is None:
-        raise RuntimeError(
+        raise UsageError(
             "GenevaDrive's dashboard is not set up on this Flask app: call "
             "GenevaDrive(app, db=db) (or init_app), or build it with create_app()"
         )

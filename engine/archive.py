@@ -95,7 +95,7 @@ from sqlalchemy.orm import Session
 from geneva_drive import counts, db
 from geneva_drive.config import process_variable
 from geneva_drive.dialects import dialect_for
-from geneva_drive.errors import ConfigurationError, EngineError
+from geneva_drive.errors import ArchiveError, ConfigurationError, InvalidInputError
 from geneva_drive.models import (
     TERMINAL_WORKFLOW_PREDICATE,
     Base,
@@ -129,10 +129,6 @@ MAX_INFLATION = 100
 #: A workflow type as the engine writes it: a class name, maybe dotted (it becomes a metrics label).
 _TYPE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]{0,254}")
 _SIGNAL_STATES = frozenset(state.value for state in SignalState)
-
-
-class ArchiveError(EngineError):
-    """An archive file could not be written, verified or restored; the message names it."""
 
 
 def archive_key(required: bool = False) -> bytes | None:
@@ -900,11 +896,11 @@ def parse_age(value: str) -> timedelta:
         unit = units.get(raw[-1:], 0)
         seconds = float(raw[:-1]) * unit if unit else float(raw)
     except ValueError:
-        raise ValueError(
+        raise InvalidInputError(
             f"{value!r} is not an age: write it as 30d, 12h, 90m, 45s or a number of seconds"
         ) from None
     if seconds <= 0:
-        raise ValueError(f"{value!r}: the age must be more than 0")
+        raise InvalidInputError(f"{value!r}: the age must be more than 0")
     return timedelta(seconds=seconds)
 
 

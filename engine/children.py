@@ -50,7 +50,7 @@ from geneva_drive import db, scheduling, transitions
 from geneva_drive.at_commit import AtCommit
 from geneva_drive.compiled import Compiled
 from geneva_drive.dialects import Dialect, dialect_for
-from geneva_drive.errors import InvalidStateError
+from geneva_drive.errors import InvalidInputError, InvalidStateError
 from geneva_drive.instrumentation import ContextAdapter, child_joined, child_started
 from geneva_drive.models import Base, StepExecution, utcnow
 from geneva_drive.states import (
@@ -114,7 +114,7 @@ def start_child(parent: Workflow, cls: type[Workflow], hero: Any = None, **optio
             f"workflow on its own, use {getattr(cls, '__name__', cls)}.create()"
         )
     if "session" in options:
-        raise TypeError(
+        raise InvalidInputError(
             "start_child() creates the child in the parent step's own session; remove session="
         )
     session = scheduling.session_of(parent)

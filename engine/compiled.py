@@ -30,6 +30,8 @@ from sqlalchemy.engine.interfaces import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement
 
+from geneva_drive.errors import InvalidInputError
+
 _Processor = Callable[[Any], Any]
 
 
@@ -70,7 +72,7 @@ class Compiled:
     def _parameters(self, form: _Form, params: Mapping[str, Any]) -> Any:
         if not form.required.issubset(params):
             missing = sorted(form.required.difference(params))
-            raise TypeError(f"{form.sql!r} needs a value for {', '.join(missing)}")
+            raise InvalidInputError(f"{form.sql!r} needs a value for {', '.join(missing)}")
         values = dict(form.defaults)
         values.update(params)
         for name, processor in form.processors.items():
@@ -139,7 +141,7 @@ def _compile(statement: ClauseElement, dialect: Dialect) -> _Form:
         or compiled.literal_execute_params
         or compiled.post_compile_params
     ):
-        raise ValueError(
+        raise InvalidInputError(
             "geneva_drive.compiled runs plain statements only: no escaped, expanding or "
             f"literal-execute parameters in {compiled.string!r}"
         )
@@ -147,7 +149,7 @@ def _compile(statement: ClauseElement, dialect: Dialect) -> _Form:
     if prefetch:
         # Python-side defaults (``default=``/``onupdate=``) are computed by SQLAlchemy's
         # execution context, which this path skips: the statement must bind them itself.
-        raise ValueError(
+        raise InvalidInputError(
             f"geneva_drive.compiled needs {', '.join(prefetch)} bound explicitly: SQLAlchemy would "
             f"compute the column's Python-side default, which this path does not ({compiled.string!r})"
         )
@@ -166,7 +168,7 @@ def _compile(statement: ClauseElement, dialect: Dialect) -> _Form:
         if callable(processor):
             processors[name] = processor
         elif processor is not None:  # a sequence: a tuple-valued bind
-            raise ValueError(f"geneva_drive.compiled has no tuple-valued binds ({name!r})")
+            raise InvalidInputError(f"geneva_drive.compiled has no tuple-valued binds ({name!r})")
     results = tuple(
         entry.type._cached_result_processor(dialect, None) for entry in compiled._result_columns
     )

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field, fields
 from datetime import timedelta
 from typing import Any
 
+from geneva_drive.errors import ConfigurationError, InvalidInputError
+
 _DURATION_FIELDS = {
     "delete_completed_workflows_after",
     "stuck_in_progress_threshold",
@@ -55,7 +57,7 @@ def to_timedelta(value: Any, name: str = "duration") -> timedelta:
     if isinstance(value, timedelta):
         return value
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(
+        raise InvalidInputError(
             f"{name} must be a datetime.timedelta or a number of seconds, got {value!r}"
         )
     return timedelta(seconds=value)
@@ -176,7 +178,7 @@ class Settings:
             try:
                 setattr(self, f.name, _parse_env(f.name, raw))
             except (TypeError, ValueError) as exc:
-                raise ValueError(f"{key}={raw!r} is not valid: {exc}") from exc
+                raise ConfigurationError(f"{key}={raw!r} is not valid: {exc}") from exc
 
 
 def _parse_env(name: str, raw: str) -> Any:
@@ -187,7 +189,7 @@ def _parse_env(name: str, raw: str) -> Any:
             return True
         if raw.lower() in ("0", "false", "no", "off"):
             return False
-        raise ValueError("expected true or false")
+        raise ConfigurationError("expected true or false")
     if name in _DURATION_FIELDS:
         return float(raw)
     if name in _INT_FIELDS:
@@ -199,25 +201,25 @@ def _coerce(name: str, value: Any) -> Any:
     if value is None:
         if name in _NULLABLE_FIELDS:
             return None
-        raise ValueError(f"settings.{name} cannot be None")
+        raise ConfigurationError(f"settings.{name} cannot be None")
     if name in _DURATION_FIELDS:
         td = to_timedelta(value, f"settings.{name}")
         if td < timedelta(0):
-            raise ValueError(f"settings.{name} must not be negative")
+            raise ConfigurationError(f"settings.{name} must not be negative")
         return td
     if name in _INT_FIELDS:
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError(f"settings.{name} must be a positive integer, got {value!r}")
+            raise ConfigurationError(f"settings.{name} must be a positive integer, got {value!r}")
         return value
     if name in _BOOL_FIELDS:
         # bool("false") is True: refuse anything but a real bool instead of guessing.
         if not isinstance(value, bool):
-            raise TypeError(f"settings.{name} must be True or False, got {value!r}")
+            raise ConfigurationError(f"settings.{name} must be True or False, got {value!r}")
         return value
     if name == "stuck_recovery_action":
         value = str(value).rstrip("!")
         if value not in STUCK_RECOVERY_ACTIONS:
-            raise ValueError(f"Unknown stuck_recovery_action: {value}")
+            raise ConfigurationError(f"Unknown stuck_recovery_action: {value}")
     return value
 
 

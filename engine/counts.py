@@ -56,6 +56,7 @@ from sqlalchemy.orm.base import NO_VALUE
 from geneva_drive.at_commit import AtCommit
 from geneva_drive.compiled import Compiled
 from geneva_drive.dialects import Dialect, dialect_for
+from geneva_drive.errors import UsageError
 from geneva_drive.models import Base
 
 #: Rows per (class, state). A transaction writes one of them; more shards, fewer lock waits
@@ -104,7 +105,7 @@ def record_row_write(session: Session, state: InstanceState[Any], new: str) -> N
     """persistence.flush wrote state ``new`` to the loaded workflow row ``state``."""
     old = state.committed_state.get("state", NO_VALUE)
     if old is NO_VALUE:  # never loaded: the transitions read it first, so this is not theirs
-        raise RuntimeError(
+        raise UsageError(
             f"workflow #{state.identity} changed state without its old state loaded; "
             "the per-state counts cannot follow it"
         )

@@ -77,7 +77,7 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         engine = create_engine(url, **kwargs)
     except ModuleNotFoundError as error:
         driver = parsed.get_driver_name()
-        raise RuntimeError(
+        raise ConfigurationError(
             f"the database URL {parsed.render_as_string(hide_password=True)!r} needs the Python "
             f"driver {driver!r}, which is not installed ({error.name}). For MariaDB/MySQL use "
             f"GENEVA_DATABASE_URL=mysql+pymysql://user:password@host:3306/database (PyMySQL "
@@ -98,7 +98,7 @@ def pool_ping_after() -> float:
     except ValueError:
         value = -1.0
     if value < 0:
-        raise ValueError(
+        raise ConfigurationError(
             f"GENEVA_POOL_PING_AFTER={raw!r} is not a number of seconds >= 0 (0 tests every "
             f"pooled connection at checkout; the default is {DEFAULT_POOL_PING_AFTER})"
         )

@@ -30,6 +30,7 @@ from datetime import datetime
 from sqlalchemy import select
 
 from geneva_drive import current_worker, db, executor, inline, liveness
+from geneva_drive.errors import ConfigurationError
 from geneva_drive.instrumentation import report_error
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.states import StepState, WorkflowState
@@ -67,7 +68,7 @@ class EmbeddedWorker:
         batch_size: int = 50,
     ) -> None:
         if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+            raise ConfigurationError("concurrency must be at least 1")
         self.concurrency = concurrency
         self.poll_interval = poll_interval
         self.batch_size = batch_size

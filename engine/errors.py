@@ -3,9 +3,17 @@
 ::
 
     EngineError
+    ├── ConfigurationError           a setting is missing or wrong (names the setting)
+    │   └── UnsupportedDatabaseError a URL of a database the engine has no dialect for
     ├── InvalidStateError            operator action on a workflow in the wrong state
     ├── InvalidTransitionError       an illegal executor transition (engine bug or forced state)
     ├── StepConfigurationError       the workflow class is misconfigured (raised at class definition)
+    │   └── ScheduleError            a Schedule's cron, interval, zone or policy is not valid
+    ├── InvalidInputError            a value passed at run time cannot be taken (a payload, an
+    │                                argument, an operator's form field); says what would be
+    ├── UsageError                   an engine function called where it cannot work (outside a
+    │                                session or a worker, in the wrong order); says where to call it
+    ├── ArchiveError                 an archive file could not be written, verified or restored
     ├── StepExecutionError           carries the execution's and the workflow's ids and names
     │   ├── StepNotDefinedError      the step named by an execution no longer exists
     │   └── DatabaseConnectionLostError  the connection died after the step wrote: attempt failed
@@ -18,6 +26,11 @@
 Flow-control interrupts are *not* errors; they live in :mod:`geneva_drive.flow_control`. A
 step's own exception (or a condition's) is re-raised as itself once its outcome is committed,
 so the gem's StepFailedError and PreconditionError have no Python counterpart.
+
+The errors that replace a built-in exception keep it as a base: ``ConfigurationError``,
+``StepConfigurationError`` and ``InvalidInputError`` are also ``ValueError`` and ``TypeError``,
+``UsageError`` also ``RuntimeError``, so code written as ``except ValueError`` around a call
+keeps catching what that call raised before it raised a typed error.
 
 ``InvalidStateTransition`` and ``WorkflowNotOngoing``, the gem's names (docs/MANUAL.md, "Quick reference" lists them), are
 kept as aliases of the same classes: ``except`` either name catches the error.
@@ -32,8 +45,12 @@ class EngineError(Exception):
     """Base class of every error the engine raises on purpose."""
 
 
-class ConfigurationError(EngineError):
+class ConfigurationError(EngineError, ValueError, TypeError):
     """A setting is missing or wrong; the message names the setting and how to set it."""
+
+
+class UnsupportedDatabaseError(ConfigurationError):
+    """A database URL or engine of a backend the engine has no dialect module for."""
 
 
 class InvalidStateError(EngineError):
@@ -44,8 +61,27 @@ class InvalidTransitionError(EngineError):
     pass
 
 
-class StepConfigurationError(EngineError):
-    pass
+class StepConfigurationError(EngineError, ValueError, TypeError):
+    """The workflow class (a step's options, a policy, a limit, a wait) is misconfigured: raised
+    when the class is defined, naming the class, the step and the option to fix."""
+
+
+class ScheduleError(StepConfigurationError):
+    """A schedule's definition is not valid; the message names the field and the fix."""
+
+
+class InvalidInputError(EngineError, ValueError, TypeError):
+    """A value passed at run time cannot be taken: a payload that JSON cannot hold, an unknown
+    action, an empty signal name, a malformed form field. Operators get it as a 400."""
+
+
+class UsageError(EngineError, RuntimeError):
+    """An engine function was called where it cannot work: outside the session or the worker it
+    needs, or before the step it depends on. The message says where to call it instead."""
+
+
+class ArchiveError(EngineError):
+    """An archive file could not be written, verified or restored; the message names it."""
 
 
 class StepExecutionError(EngineError):

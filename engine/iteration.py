@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Select, literal, tuple_, update
 from sqlalchemy.exc import DBAPIError
 
+from geneva_drive.errors import InvalidInputError, StepConfigurationError
 from geneva_drive.flow_control import Interrupt
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.serialization import serialize_cursor
@@ -56,7 +57,7 @@ class IterableStep:
         """Add one to an integer cursor (None counts as 0) and checkpoint."""
         current = 0 if self.cursor is None else self.cursor
         if isinstance(current, bool) or not isinstance(current, int):
-            raise TypeError(f"advance() requires an integer cursor, got {self.cursor!r}")
+            raise InvalidInputError(f"advance() requires an integer cursor, got {self.cursor!r}")
         self.set(current + 1)
 
     def checkpoint(self) -> None:
@@ -123,10 +124,10 @@ class IterableStep:
     def iterate_over(self, iterable: Iterable[Any], fn: Callable[[Any], Any]) -> None:
         """Call ``fn`` for each element, with the element's index + 1 as the cursor."""
         if not hasattr(iterable, "__iter__"):
-            raise TypeError("iterate_over() needs an iterable")
+            raise InvalidInputError("iterate_over() needs an iterable")
         start = self.cursor or 0
         if isinstance(start, bool) or not isinstance(start, int):
-            raise TypeError(f"iterate_over() needs an integer cursor, got {self.cursor!r}")
+            raise InvalidInputError(f"iterate_over() needs an integer cursor, got {self.cursor!r}")
         for index, element in enumerate(iterable):
             if index < start:
                 continue
@@ -183,7 +184,9 @@ class IterableStep:
         each_batch: Callable[[list[Any]], None],
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+            raise StepConfigurationError(
+                f"batch_size must be a positive integer, got {batch_size!r}"
+            )
         names = [cursor_column] if isinstance(cursor_column, str) else list(cursor_column)
         entity = query.column_descriptions[0]["entity"]
         if (
@@ -191,7 +194,7 @@ class IterableStep:
             or entity is None
             or not all(isinstance(n, str) and hasattr(entity, n) for n in names)
         ):
-            raise ValueError(
+            raise StepConfigurationError(
                 f"cursor_column {cursor_column!r} is not an attribute of the query's entity; "
                 "select a mapped class and name one of its unique, ordered columns (or a tuple "
                 "of columns that are unique together)"
@@ -215,7 +218,7 @@ class IterableStep:
         if isinstance(cursor_column, str):
             return columns[0] > cursor
         if not isinstance(cursor, list | tuple) or len(cursor) != len(columns):
-            raise ValueError(
+            raise StepConfigurationError(
                 f"cursor {cursor!r} does not fit cursor_column {tuple(cursor_column)!r}: a "
                 f"composite keyset cursor is a list of {len(columns)} values"
             )

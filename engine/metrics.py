@@ -78,6 +78,7 @@ from sqlalchemy.orm import Session
 from geneva_drive import counts, db, health, lateness, liveness, metrics_facade
 from geneva_drive.config import settings
 from geneva_drive.dialects import dialect_for
+from geneva_drive.errors import InvalidInputError
 from geneva_drive.models import ScheduleRow, StepExecution, Worker, utcnow
 from geneva_drive.states import StepState, WorkflowState
 from geneva_drive.workflow import Workflow
@@ -528,11 +529,11 @@ def configure_cache(*, max_age: float | None = None, stale_for: float | None = N
     """
     if max_age is not None:
         if max_age < 0:
-            raise ValueError("max_age must not be negative")
+            raise InvalidInputError("max_age must not be negative")
         _cache.max_age = float(max_age)
     if stale_for is not None:
         if stale_for < 0:
-            raise ValueError("stale_for must not be negative")
+            raise InvalidInputError("stale_for must not be negative")
         _cache.stale_for = float(stale_for)
 
 

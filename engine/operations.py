@@ -16,7 +16,12 @@ from sqlalchemy.orm import class_mapper
 # also works for a workflow whose class is gone (loaded as plain Workflow), where the unit of
 # work warns about the row's polymorphic identity.
 from geneva_drive import persistence, registry, scheduling, signals, states, timeouts, transitions
-from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepNotDefinedError
+from geneva_drive.errors import (
+    DuplicateWorkflowError,
+    InvalidInputError,
+    InvalidStateError,
+    StepNotDefinedError,
+)
 from geneva_drive.models import StepExecution
 from geneva_drive.states import (
     TERMINAL_WORKFLOW_STATES,
@@ -358,7 +363,7 @@ def _target_class(workflow: Workflow, workflow_class: type[Workflow] | str | Non
     else:
         target = workflow_class if workflow_class in known.values() else None
     if target is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"resume_at(workflow_class={workflow_class!r}): not a registered workflow class; "
             f"known: {', '.join(sorted(known)) or '(none)'}"
         )

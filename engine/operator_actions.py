@@ -40,6 +40,7 @@ from geneva_drive.errors import (
     CursorTooLargeError,
     DuplicateWorkflowError,
     EngineError,
+    InvalidInputError,
     InvalidStateError,
     InvalidStateTransition,
     SignalPayloadTooLargeError,
@@ -101,14 +102,14 @@ def parse_payload(text: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"Payload (JSON) is not valid JSON: {exc}") from exc
+        raise InvalidInputError(f"Payload (JSON) is not valid JSON: {exc}") from exc
     except RecursionError:
-        raise ValueError("Payload (JSON) is nested too deeply.") from None
+        raise InvalidInputError("Payload (JSON) is nested too deeply.") from None
     except ValueError:
         # Python refuses to parse integers longer than sys.get_int_max_str_digits() (4,300
         # digits by default: parsing them is quadratic); its own message would tell the
         # operator to change an interpreter setting.
-        raise ValueError(
+        raise InvalidInputError(
             f"Payload (JSON) holds a number longer than {sys.get_int_max_str_digits():,} "
             "digits; send such a value as a JSON string instead."
         ) from None
@@ -143,7 +144,7 @@ def _reattempt(wf: Workflow, params: dict[str, Any]) -> str:
 def _resume_at(wf: Workflow, params: dict[str, Any]) -> str:
     step = str(params.get("step") or "").strip()
     if not step:
-        raise ValueError("Choose the Step to resume at.")
+        raise InvalidInputError("Choose the Step to resume at.")
     wf.resume_at(step)
     return f"Resumed at `{step}`."
 
@@ -151,7 +152,7 @@ def _resume_at(wf: Workflow, params: dict[str, Any]) -> str:
 def _signal(wf: Workflow, params: dict[str, Any]) -> str:
     name = str(params.get("name") or "").strip()
     if not name:
-        raise ValueError("A signal needs a Name.")
+        raise InvalidInputError("A signal needs a Name.")
     waiting_only = bool(params.get(WAITING_ONLY))
     if waiting_only:
         # The inbox delivers only to a workflow still parked on this signal (its bulk deliver
@@ -334,7 +335,7 @@ def perform(
     recorded like any other.
     """
     if action not in ACTIONS:
-        raise ValueError(f"Unknown operator action {action!r}; known: {', '.join(ACTIONS)}.")
+        raise InvalidInputError(f"Unknown operator action {action!r}; known: {', '.join(ACTIONS)}.")
     params = dict(params or {})
     workflow = session.get(Workflow, workflow_id)
     if workflow is None:
@@ -687,7 +688,7 @@ def preview_bulk(
     """Sort ``ids`` into those ``action`` will change and those it will refuse, changing
     nothing (reads only, no lock: the action itself rechecks under the lock)."""
     if action not in ACTIONS:
-        raise ValueError(f"Unknown operator action {action!r}; known: {', '.join(ACTIONS)}.")
+        raise InvalidInputError(f"Unknown operator action {action!r}; known: {', '.join(ACTIONS)}.")
     found: dict[int, Workflow] = {}
     for start in range(0, len(ids), _PREVIEW_CHUNK):
         chunk = ids[start : start + _PREVIEW_CHUNK]
@@ -755,7 +756,7 @@ def perform_schedule(
     """
     if action not in SCHEDULE_ACTIONS:
         known = ", ".join(SCHEDULE_ACTIONS)
-        raise ValueError(f"Unknown schedule action {action!r}; known: {known}.")
+        raise InvalidInputError(f"Unknown schedule action {action!r}; known: {known}.")
     params = {"schedule": name}
     began = utcnow()
     try:

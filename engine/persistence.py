@@ -54,6 +54,7 @@ from sqlalchemy.orm.base import NO_VALUE
 from geneva_drive import counts, transitions
 from geneva_drive.compiled import Compiled
 from geneva_drive.dialects import Dialect, Sweep, Write, dialect_for
+from geneva_drive.errors import InvalidInputError
 from geneva_drive.models import Base, StepExecution, utcnow
 from geneva_drive.states import STRAY_STEP_STATES
 
@@ -327,11 +328,15 @@ def insert_new(
     state: InstanceState[Any] = inspect(obj)
     table = state.mapper.persist_selectable
     if state.key is not None or state.session_id is not None:
-        raise TypeError(f"persistence.insert_new() takes a new object, not {obj!r}")
+        raise InvalidInputError(f"persistence.insert_new() takes a new object, not {obj!r}")
     if not isinstance(table, Table) or table.name not in _FAST_TABLES:
-        raise TypeError(f"persistence.insert_new() writes workflows and executions, not {obj!r}")
+        raise InvalidInputError(
+            f"persistence.insert_new() writes workflows and executions, not {obj!r}"
+        )
     if deferred_id is not None and (table is not _EXECUTIONS or sweep is None):
-        raise TypeError("persistence.insert_new(deferred_id=) defers an execution with a sweep")
+        raise InvalidInputError(
+            "persistence.insert_new(deferred_id=) defers an execution with a sweep"
+        )
     columns = _column_map(state.mapper)
     dict_ = state.dict
     row: dict[str, Any] = {}
@@ -484,7 +489,7 @@ def insert_execution(
     columns = _column_map(mapper)
     unknown = [key for key in values if columns.get(key) is None]
     if unknown:
-        raise TypeError(f"StepExecution has no column attribute {unknown[0]!r}")
+        raise InvalidInputError(f"StepExecution has no column attribute {unknown[0]!r}")
     # Built as the ORM builds a loaded row (no __init__, no attribute events per column).
     execution: StepExecution = mapper.class_manager.new_instance()
     inspect(execution).dict.update(values)

@@ -112,11 +112,11 @@ def _check_handler(
     handler: Any, action: Any, wait: Any, max_reattempts: Any, terminal: str
 ) -> None:
     if action is not None or wait is not None or max_reattempts is not None or terminal != "pause":
-        raise ValueError(
+        raise StepConfigurationError(
             "Cannot pass action, wait, max_reattempts, or terminal_action when a handler is given"
         )
     if not callable(handler):
-        raise TypeError(f"handler must be callable (workflow, error), got {handler!r}")
+        raise StepConfigurationError(f"handler must be callable (workflow, error), got {handler!r}")
 
 
 def _check_declarative(
@@ -124,28 +124,28 @@ def _check_declarative(
 ) -> str:
     """The normalized action, once every option fits it."""
     if action is None:
-        raise ValueError("Either an action or a handler is required")
+        raise StepConfigurationError("Either an action or a handler is required")
     act = normalize_action(action)
     if act not in ACTIONS:
-        raise ValueError(
+        raise StepConfigurationError(
             f"Invalid action {action!r}: must be one of pause, cancel, reattempt, skip"
         )
     if wait is not None and act != "reattempt":
-        raise ValueError('wait= only makes sense with action "reattempt"')
+        raise StepConfigurationError('wait= only makes sense with action "reattempt"')
     if max_reattempts is not None:
         if act != "reattempt":
-            raise ValueError('max_reattempts= only makes sense with action "reattempt"')
+            raise StepConfigurationError('max_reattempts= only makes sense with action "reattempt"')
         positive = isinstance(max_reattempts, int) and not isinstance(max_reattempts, bool)
         if not positive or max_reattempts <= 0:
-            raise ValueError(
+            raise StepConfigurationError(
                 f"max_reattempts= must be a positive integer or None, got {max_reattempts!r}"
             )
     if terminal not in TERMINAL_ACTIONS:
-        raise ValueError(
+        raise StepConfigurationError(
             f"terminal_action= must be one of pause, cancel, skip, got {terminal_action!r}"
         )
     if terminal != "pause" and act != "reattempt":
-        raise ValueError('terminal_action= only makes sense with action "reattempt"')
+        raise StepConfigurationError('terminal_action= only makes sense with action "reattempt"')
     return act
 
 
@@ -168,7 +168,9 @@ class ExceptionPolicy:
         handler: Callable[[Any, BaseException], Any] | None = None,
     ) -> None:
         if report not in REPORT_MODES:
-            raise ValueError(f"report: must be one of always, never, terminal_only, got {report!r}")
+            raise StepConfigurationError(
+                f"report: must be one of always, never, terminal_only, got {report!r}"
+            )
         terminal = normalize_action(terminal_action)
         if handler is not None:
             _check_handler(handler, action, wait, max_reattempts, terminal)
@@ -179,7 +181,7 @@ class ExceptionPolicy:
             )
         self.wait = to_timedelta(wait, "wait") if wait is not None else None
         if self.wait is not None and self.wait < timedelta(0):
-            raise ValueError("wait= must not be negative")
+            raise StepConfigurationError("wait= must not be negative")
         self.max_reattempts = max_reattempts
         self.terminal_action = terminal
         self.report = report

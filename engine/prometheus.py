@@ -47,6 +47,7 @@ from prometheus_client.registry import REGISTRY, Collector
 
 from geneva_drive import db, instrumentation, limits
 from geneva_drive.config import process_variable
+from geneva_drive.errors import ConfigurationError
 from geneva_drive.metrics import MetricsSnapshot, cache_max_age, get_snapshot
 from geneva_drive.registry import registered_workflows
 
@@ -638,7 +639,9 @@ def start_worker_server(port: int | None = None, addr: str | None = None) -> boo
         try:
             port = int(raw)
         except ValueError as exc:
-            raise ValueError(f"GENEVA_WORKER_METRICS_PORT={raw!r} is not a port number") from exc
+            raise ConfigurationError(
+                f"GENEVA_WORKER_METRICS_PORT={raw!r} is not a port number"
+            ) from exc
     addr = addr or process_variable("GENEVA_WORKER_METRICS_ADDR") or "127.0.0.1"
     if not is_multiprocess():
         log.warning(

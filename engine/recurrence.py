@@ -30,6 +30,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from geneva_drive import registry
+from geneva_drive.errors import ScheduleError
 from geneva_drive.models import ScheduleRow, utcnow
 from geneva_drive.workflow import hero_key
 
@@ -52,10 +53,6 @@ _NAME = re.compile(r"[A-Za-z0-9_.:/@-]{1,255}")
 MIN_EVERY = timedelta(seconds=1)
 #: The most ticks one sweep walks for one schedule (catch_up="all" over a long window).
 MAX_TICKS_PER_SWEEP = 1000
-
-
-class ScheduleError(ValueError):
-    """A schedule's definition is not valid; the message names the field and the fix."""
 
 
 @dataclass

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, object_session
 from geneva_drive import db, inline, limits, persistence, transitions
 from geneva_drive.config import settings
 from geneva_drive.dialects import dialect_for
-from geneva_drive.errors import StepNotDefinedError
+from geneva_drive.errors import StepNotDefinedError, UsageError
 from geneva_drive.job_options import merge
 from geneva_drive.models import StepExecution, utcnow
 from geneva_drive.states import CURRENT_STEP_STATES, STRAY_STEP_STATES
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 def session_of(workflow: Workflow) -> Session:
     session = object_session(workflow)
     if session is None:
-        raise RuntimeError(
+        raise UsageError(
             f"{type(workflow).__name__} #{workflow.id} is not attached to a session; load it "
             "through a session (session.get(...)) before calling workflow methods"
         )

@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from geneva_drive.config import settings
-from geneva_drive.errors import CursorTooLargeError, SignalPayloadTooLargeError
+from geneva_drive.errors import CursorTooLargeError, InvalidInputError, SignalPayloadTooLargeError
 
 TAG = "_gd"
 #: Nesting deeper than this is refused (ValueError) instead of exhausting the Python stack.
@@ -25,11 +25,11 @@ def check_text(text: str, path: str) -> str:
     """Refuse strings no backend can store alike: NUL (PostgreSQL rejects it in text and JSONB)
     and lone surrogates (not encodable as UTF-8)."""
     if "\x00" in text:
-        raise ValueError(f"{path} contains a NUL character (\\x00), which cannot be stored")
+        raise InvalidInputError(f"{path} contains a NUL character (\\x00), which cannot be stored")
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(
+        raise InvalidInputError(
             f"{path} contains a lone surrogate (position {exc.start}), which is not valid UTF-8"
         ) from None
     return text
@@ -46,10 +46,10 @@ def to_json_value(value: Any, *, path: str = "value", _depth: int = 0) -> Any:
     if isinstance(value, str):
         return check_text(value, path)
     if _depth >= MAX_DEPTH:
-        raise ValueError(f"{path} is nested more than {MAX_DEPTH} levels deep")
+        raise InvalidInputError(f"{path} is nested more than {MAX_DEPTH} levels deep")
     if isinstance(value, float):
         if value != value or value in (float("inf"), float("-inf")):
-            raise ValueError(f"{path} is {value!r}, which JSON cannot represent")
+            raise InvalidInputError(f"{path} is {value!r}, which JSON cannot represent")
         return value
     if isinstance(value, datetime):
         return {TAG: "datetime", "v": value.isoformat()}
@@ -69,19 +69,19 @@ def to_json_value(value: Any, *, path: str = "value", _depth: int = 0) -> Any:
         out: dict[str, Any] = {}
         for key, item in value.items():
             if not isinstance(key, str | int | float | bool) or key is None:
-                raise TypeError(
+                raise InvalidInputError(
                     f"{path} has a key {key!r} of type {type(key).__name__}; use strings"
                 )
             text = check_text(str(key), f"{path} key {key!r}")
             if text in out:
-                raise ValueError(
+                raise InvalidInputError(
                     f"{path} has two keys that are both {text!r} as JSON; use distinct strings"
                 )
             out[text] = to_json_value(item, path=f"{path}[{key!r}]", _depth=_depth + 1)
         if TAG in out:
             return {TAG: "dict", "v": out}
         return out
-    raise TypeError(
+    raise InvalidInputError(
         f"{path} holds a {type(value).__name__} ({value!r}), which cannot be stored as JSON; "
         "use strings, numbers, lists, dicts, dates, datetimes, UUIDs or decimals"
     )

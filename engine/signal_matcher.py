@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from geneva_drive.errors import StepConfigurationError
+
 
 class SignalMatcher:
     """Matches signals by name, optionally narrowed by ``where(workflow, payload) -> bool``.
@@ -17,9 +19,9 @@ class SignalMatcher:
 
     def __init__(self, name: Any, where: Callable[[Any, Any], Any] | None = None) -> None:
         if name is None or str(name).strip() == "":
-            raise ValueError("SignalMatcher needs a signal name")
+            raise StepConfigurationError("SignalMatcher needs a signal name")
         if where is not None and not callable(where):
-            raise TypeError(
+            raise StepConfigurationError(
                 f"SignalMatcher where= must be callable (workflow, payload), got {where!r}"
             )
         self.name = str(name)

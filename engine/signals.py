@@ -19,7 +19,7 @@ from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm import Session
 
 from geneva_drive import children, scheduling, transitions
-from geneva_drive.errors import ReservedSignalNameError, WorkflowNotOngoing
+from geneva_drive.errors import InvalidInputError, ReservedSignalNameError, WorkflowNotOngoing
 from geneva_drive.instrumentation import signal_delivered
 from geneva_drive.models import Signal, StepExecution, utcnow
 from geneva_drive.serialization import check_text, serialize_payload
@@ -165,9 +165,9 @@ def deliver(
 ) -> Signal:
     """``workflow.signal(...)``: one atomic delivery."""
     if unknown:
-        raise TypeError(f"Unknown options passed to signal(): {', '.join(sorted(unknown))}")
+        raise InvalidInputError(f"Unknown options passed to signal(): {', '.join(sorted(unknown))}")
     if name is None or str(name).strip() == "":
-        raise ValueError("signal() requires a signal name")
+        raise InvalidInputError("signal() requires a signal name")
     name = _bounded_text(str(name), "signal name")
     if name.startswith(RESERVED_PREFIX):
         raise ReservedSignalNameError(
@@ -215,7 +215,7 @@ def _bounded_text(text: str, what: str) -> str:
     """Refuse a name or key the columns cannot hold alike on every backend (SQLite would store
     it, PostgreSQL would fail at the INSERT)."""
     if len(text) > MAX_NAME_LENGTH:
-        raise ValueError(
+        raise InvalidInputError(
             f"The {what} is {len(text)} characters long; at most {MAX_NAME_LENGTH} are allowed"
         )
     return check_text(text, f"The {what}")

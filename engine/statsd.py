@@ -19,6 +19,8 @@ import logging
 import socket
 from collections.abc import Mapping
 
+from geneva_drive.errors import ConfigurationError
+
 log = logging.getLogger(__name__)
 
 
@@ -27,7 +29,7 @@ class StatsdSink:
         self, host: str = "127.0.0.1", port: int = 8125, *, tag_format: str | None = "dogstatsd"
     ) -> None:
         if tag_format not in ("dogstatsd", None):
-            raise ValueError(f"tag_format must be 'dogstatsd' or None, got {tag_format!r}")
+            raise ConfigurationError(f"tag_format must be 'dogstatsd' or None, got {tag_format!r}")
         self.address = (host, port)
         self.tag_format = tag_format
         self._socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)

@@ -169,7 +169,7 @@ def build_definition(
     )
     opts.pop("name", None)
     if opts:
-        raise TypeError(f"{label} got unknown option(s): {', '.join(sorted(opts))}")
+        raise StepConfigurationError(f"{label} got unknown option(s): {', '.join(sorted(opts))}")
 
     return StepDefinition(
         name=name,
@@ -468,14 +468,14 @@ def _make_decorator(resumable: bool) -> StepDecorator:
         if fn is not None and callable(fn) and not options:
             return StepSpec(fn=fn, options={}, resumable=resumable, counter=_next_counter())
         if fn is not None:
-            raise TypeError(
+            raise StepConfigurationError(
                 "step options are keyword arguments: write @step(wait=...) or bare @step"
             )
 
         def wrap(func: Callable[..., Any]) -> StepSpec:
             if not callable(func):
                 kind = "resumable_step" if resumable else "step"
-                raise TypeError(f"@{kind} decorates a function, got {func!r}")
+                raise StepConfigurationError(f"@{kind} decorates a function, got {func!r}")
             return StepSpec(fn=func, options=options, resumable=resumable, counter=_next_counter())
 
         return wrap

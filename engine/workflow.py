@@ -55,7 +55,13 @@ from geneva_drive import (
     scheduling,
     signals,
 )
-from geneva_drive.errors import DuplicateWorkflowError, InvalidStateError, StepConfigurationError
+from geneva_drive.errors import (
+    DuplicateWorkflowError,
+    InvalidInputError,
+    InvalidStateError,
+    StepConfigurationError,
+    UsageError,
+)
 from geneva_drive.flow_control import FlowAction, FlowInterrupt
 from geneva_drive.job_options import to_json_options, validate_job_options
 from geneva_drive.limits import ConcurrencyLimit, check_class_limit, check_key_methods
@@ -291,7 +297,9 @@ class Workflow(TimestampMixin, Base):
     def add_step(cls, name: str, fn: Callable[..., Any] | str, **options: Any) -> StepDefinition:
         """Register a step after the class body (for steps generated in a loop)."""
         if cls is Workflow:
-            raise TypeError("add_step() is called on a Workflow subclass, not on Workflow itself")
+            raise StepConfigurationError(
+                "add_step() is called on a Workflow subclass, not on Workflow itself"
+            )
         resumable = bool(options.pop("resumable", False))
         spec = StepSpec(fn=None, options=options, resumable=resumable)
         body: Callable[..., Any] | None
@@ -340,7 +348,7 @@ class Workflow(TimestampMixin, Base):
         the INSERT (a schedule's name and tick, engine/schedules.py).
         """
         if cls is Workflow or not registry.is_registered(cls):
-            raise TypeError(
+            raise InvalidInputError(
                 f"{cls.__name__}.create(): create a registered Workflow subclass, not {cls.__name__}"
             )
         session = _resolve_session(session, hero)
@@ -856,18 +864,18 @@ def hero_key(hero: Any) -> tuple[str, str]:
     try:
         mapper = inspect(type(hero))
     except Exception as exc:
-        raise TypeError(
+        raise InvalidInputError(
             f"hero must be an SQLAlchemy-mapped object, got {type(hero).__name__}"
         ) from exc
     primary_key = mapper.primary_key
     if len(primary_key) != 1:
-        raise TypeError(
+        raise InvalidInputError(
             f"hero {type(hero).__name__} must have a single-column primary key "
             f"(it has {len(primary_key)})"
         )
     identity = mapper.primary_key_from_instance(hero)[0]
     if identity is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"hero {type(hero).__name__} has no primary key yet; add it to the session and flush "
             "before creating the workflow"
         )
@@ -909,7 +917,9 @@ def remember_hero(workflow: Workflow, hero: Any) -> None:
 def _hero_identity_ready(session: Session, hero: Any) -> None:
     state = inspect(hero, raiseerr=False)
     if state is None:
-        raise TypeError(f"hero must be an SQLAlchemy-mapped object, got {type(hero).__name__}")
+        raise InvalidInputError(
+            f"hero must be an SQLAlchemy-mapped object, got {type(hero).__name__}"
+        )
     if state.pending or (state.transient and hero not in session):
         if state.transient:
             session.add(hero)
@@ -929,7 +939,7 @@ def _resolve_session(session: AnySession | None, hero: Any) -> Session:
     current = db.current_session()
     if current is not None:
         return current
-    raise RuntimeError(
+    raise UsageError(
         "Workflow.create() needs a session: pass session=, create the hero in a session, or "
         "call geneva_drive.db.set_current_session()"
     )

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session, scoped_session
 
 from geneva_drive.dialects import mysql, postgresql, sqlite
 from geneva_drive.dialects.base import Dialect, Sweep, Write
-from geneva_drive.errors import ConfigurationError
+from geneva_drive.errors import UnsupportedDatabaseError
 
 #: Every backend, by the SQLAlchemy dialect names it serves.
 _BY_NAME: dict[str, Dialect] = {
@@ -28,10 +28,6 @@ _BY_NAME: dict[str, Dialect] = {
 PARTIAL_INDEX_DIALECTS = tuple(
     name for name, dialect in _BY_NAME.items() if dialect.partial_indexes
 )
-
-
-class UnsupportedDatabaseError(ConfigurationError):
-    """A database URL or engine of a backend the engine has no dialect module for."""
 
 
 def _named(name: str) -> Dialect:

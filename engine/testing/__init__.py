@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 
 from geneva_drive import db, executor, scheduling, timeouts, transitions
 from geneva_drive.config import settings
+from geneva_drive.errors import InvalidInputError, UsageError
 from geneva_drive.models import Signal, StepExecution, Worker, utcnow
 from geneva_drive.signal_matcher import matcher_name
 from geneva_drive.states import ONGOING_WORKFLOW_STATES, StepState, WorkflowState
@@ -60,7 +61,7 @@ def _raise_if_parked(workflow: Any, execution: StepExecution, helper: str) -> No
         return
     definition = workflow.steps.named(execution.step_name)
     if definition is not None and definition.wait_for_children:
-        raise RuntimeError(
+        raise UsageError(
             f"{helper} cannot drive step '{execution.step_name}': its execution is parked "
             f"waiting for {workflow.children_open} child workflow(s). Run them first with "
             f"speedrun_children(workflow), then call {helper} again."
@@ -68,7 +69,7 @@ def _raise_if_parked(workflow: Any, execution: StepExecution, helper: str) -> No
     matcher = definition.signal_matcher if definition is not None else None
     waiting_for = f" waiting for {matcher}" if matcher is not None else ""
     name = matcher_name(matcher) if matcher is not None else None
-    raise RuntimeError(
+    raise UsageError(
         f"{helper} cannot drive step '{execution.step_name}': its execution is parked"
         f"{waiting_for}. Deliver the signal first, e.g. workflow.signal({name!r}), then call "
         f"{helper} again."
@@ -106,7 +107,7 @@ def speedrun_workflow(workflow: Any, max_iterations: int = 100) -> Any:
         _run(session, execution.id, interruptible=False)
         iterations += 1
         if iterations >= max_iterations:
-            raise RuntimeError(
+            raise UsageError(
                 f"speedrun_workflow exceeded max_iterations ({max_iterations}). Workflow may be "
                 "in an infinite loop."
             )
@@ -155,7 +156,7 @@ def perform_step_inline(workflow: Any, step_name: str | None = None) -> StepExec
     name = str(step_name) if step_name is not None else workflow.next_step_name
     definition = workflow.steps.named(name)
     if definition is None:
-        raise ValueError(
+        raise InvalidInputError(
             f"Step '{name}' is not defined in {type(workflow).__name__}. Available steps: "
             f"{', '.join(workflow.steps.names)}"
         )
@@ -213,7 +214,7 @@ def speedrun_current_step(workflow: Any, max_executions: int = 100) -> StepExecu
         _run(session, execution.id, interruptible=False)
         count += 1
         if count >= max_executions:
-            raise RuntimeError(
+            raise UsageError(
                 f"speedrun_current_step exceeded max_executions ({max_executions}). Step "
                 f"'{original}' may be in an infinite loop."
             )
@@ -227,7 +228,7 @@ def run_iterations(workflow: Any, count: int) -> StepExecution:
     session = _reload(workflow)
     execution = scheduling.current_execution(session, workflow)
     if execution is None:
-        raise RuntimeError("No current step execution to run")
+        raise UsageError("No current step execution to run")
     try:
         _run(session, execution.id, max_iterations=count)
     finally:
@@ -333,14 +334,14 @@ def expire_wait(workflow: Any) -> StepExecution:
     ).first()
     if parked is None:
         session.rollback()
-        raise RuntimeError(
+        raise UsageError(
             f"expire_wait: {label} is {workflow.state} with no execution parked waiting for a "
             "signal; run it to the step that waits first (perform_next_step)"
         )
     definition = workflow.steps.named(parked.step_name)
     if definition is None or definition.timeout is None:
         session.rollback()
-        raise RuntimeError(
+        raise UsageError(
             f"expire_wait: step '{parked.step_name}' of {label} has no timeout=, so its wait "
             "never runs out; give the step timeout= and on_timeout="
         )

@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import text
 
 from geneva_drive import db
+from geneva_drive.errors import ConfigurationError
 from tests.backends import url_backend
 
 on_mysql = pytest.mark.skipif(
@@ -56,8 +57,9 @@ def test_a_url_of_its_own_may_choose_another_isolation_level(geneva_database):
 
 
 def test_a_missing_mysql_driver_is_named_with_the_url_form_to_use(monkeypatch):
+    """A misconfiguration, typed as one: the setting (the URL) is what to change."""
     monkeypatch.setitem(sys.modules, "MySQLdb", None)  # mysqlclient not installed
-    with pytest.raises(RuntimeError) as raised:
+    with pytest.raises(ConfigurationError) as raised:
         db.make_engine("mysql+mysqldb://app:secret@db.internal:3306/app")
     message = str(raised.value)
     assert "mysql+mysqldb://app:***@db.internal:3306/app" in message
