@@ -1,6 +1,6 @@
 """The plans of the statements a dashboard page runs, for tests that a viewer's page or a
 filter walks no whole table (tests/reliability/test_security_hardening.py,
-tests/app/test_scale_plans.py, tests/reliability/test_security_round3.py)."""
+tests/app/test_scale_plans.py, tests/reliability/test_security_sessions_and_hosts.py)."""
 
 from __future__ import annotations
 

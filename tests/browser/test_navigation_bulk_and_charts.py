@@ -1,5 +1,7 @@
-"""Issue 32, the operator-experience third round: each item performed in Chromium on the demo
-the way an on-call operator meets it, asserting on what they see and on the rows behind it."""
+"""Navigation at phone width, the overview's cards against their lists, refreshes that pause,
+bulk actions over many workflows, the charts' time axis, the list by keyboard, the colour
+scheme switch, audit batches and refused signals: each performed in Chromium on the demo the
+way an on-call operator meets it, asserting on what they see and on the rows behind it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""Issue 18, items 3-12: each performed the way an on-call operator does it, in Chromium on the
+"""The everyday operations: the overdue grace, the signal inbox, the confirm dialog by keyboard,
+refreshes that keep what the operator opened, bulk previews, failure groups, the phone layout
+and the trend charts, each performed the way an on-call operator does it, in Chromium on the
 demo data, asserting on what the operator sees and on the rows the action changed."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The third security review (issue 27), each finding reproduced the way it was found.
+"""Sessions, secrets and hosts: each finding of a security review reproduced the way it was found.
 
 Every test here failed on the code before the fix: a password change that left old sessions
 alive, a host app's weak secret key accepted, idle sockets that silenced ``/healthz``, the demo's

@@ -1,4 +1,4 @@
-"""The on-call session of issue 18's "Done when", scripted: on the demo, every question is
+"""An on-call session, scripted: on the demo, every question is
 answered within two clicks of the overview, and every fix is one click plus its confirmation,
 with the result on screen without a reload (``window.__session`` survives: no page load)."""
 
