@@ -1,6 +1,7 @@
-"""Issue 33's measuring tools: CPU of a process tree from /proc (children that exit count once,
-through their parent's cutime), the neighbour the paired harness starts and stops by PID, and
-a labelled paired section that leaves the full run's section alone."""
+"""The cost-per-step measuring tools (bench/RESULTS.md, "Cost per step"): CPU of a process tree from
+/proc (children that exit count once, through their parent's cutime), the neighbour the paired
+harness starts and stops by PID, and a labelled paired section that leaves the full run's section
+alone."""
 
 from __future__ import annotations
 

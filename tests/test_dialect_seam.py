@@ -22,7 +22,7 @@ pytestmark = pytest.mark.sqlite_pass  # reads source files and SQLAlchemy dialec
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The names of the old branches (``db.is_sqlite``, ``db.is_mysql_family``, ``is_mysql_url``)
-#: and any test of a SQLAlchemy dialect's name: the grep of issue 25's "done when".
+#: and any test of a SQLAlchemy dialect's name: none may remain outside the dialect modules.
 BRANCH = re.compile(r"is_sqlite|is_mysql|dialect.name")
 #: Where a database's name may be read: the dialect modules themselves. (Migrations, which
 #: replay history per backend, live outside engine/ and app/.)

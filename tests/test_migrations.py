@@ -169,7 +169,7 @@ def test_model_tables_are_in_the_engine_metadata(table):
     assert table in Base.metadata.tables
 
 
-# --- living beside a host's own history (issue 15) ----------------------------------------------
+# --- living beside a host's own history ---------------------------------------------------------
 
 
 @pytest.fixture
@@ -226,7 +226,7 @@ def test_a_0_1_database_moves_its_revision_to_the_engine_version_table(bare_data
 
 
 def test_0010_counts_the_workflows_already_kept(bare_database):
-    """The counts table starts from the workflows the database holds (issue 26)."""
+    """The counts table starts from the workflows the database holds."""
     from geneva_drive import migrations
 
     migrations.upgrade(bare_database, "0007")

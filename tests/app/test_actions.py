@@ -242,7 +242,7 @@ def test_bulk_over_the_cap_runs_in_the_background_with_progress(
     assert preview.status_code == 200
     assert "More than 2 workflows will be canceled." in preview.get_data(as_text=True)
 
-    # Over the cap it asks for "all" to be typed (issue 32): without it nothing changes.
+    # Over the cap it asks for "all" to be typed: without it nothing changes.
     refused = post(client, "/workflows/bulk", {"action": "cancel", "scope": "all"})
     assert refused.status_code == 400
     assert "Type all to confirm" in refused.get_data(as_text=True)
@@ -315,7 +315,8 @@ def test_operator_actions_feed_the_prometheus_counter(operator_client, make_work
 def test_bulk_preview_counts_only_the_rows_that_will_be_done(
     operator_client, make_workflow, geneva_session
 ):
-    """Issue 32 item 6: "3 workflows will be resumed" then "0 done, 3 refused" must not happen."""
+    """The preview must not promise what the action refuses: "3 workflows will be resumed" then
+    "0 done, 3 refused" must not happen."""
     ready = [make_workflow() for _ in range(3)]
     query = "&".join(f"ids={w.id}" for w in ready)
     nothing = operator_client.get(f"/workflows/bulk?action=resume&{query}")

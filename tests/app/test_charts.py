@@ -1,6 +1,5 @@
 """The trend charts (app/charts.py): counts equal to the executions they stand for, and a
-settled bucket read once per app, so a render costs the last few minutes, not a day of activity
-(issue 26)."""
+settled bucket read once per app, so a render costs the last few minutes, not a day of activity."""
 
 from __future__ import annotations
 

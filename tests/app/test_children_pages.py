@@ -1,4 +1,5 @@
-"""What operators see of child workflows (SPEC §6.3): the parent's children line linking to
+"""What operators see of child workflows (docs/MANUAL.md, "Fan-out and join: child
+workflows"): the parent's children line linking to
 ``/workflows?parent=<id>``, the child's link to its parent, the list filter, bulk actions over
 a parent's children, and the why-line of a waiting parent."""
 

@@ -1,4 +1,4 @@
-"""Issue 28 on the dashboard: the Definitions page's renamed-step drain count, and a workflow
+"""Deploy safety on the dashboard: the Definitions page's renamed-step drain count, and a workflow
 parked on a step a deploy deleted shows on Stranded and in the overview once housekeeping
 paused it."""
 

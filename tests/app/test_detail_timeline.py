@@ -1,4 +1,4 @@
-"""Issue 26: a workflow with thousands of executions shows its newest page of them; "Older
+"""A workflow with thousands of executions shows its newest page of them; "Older
 executions" loads the page before (HTMX, keyset on the oldest execution shown), until the
 first. The step plan still says what the newest execution of each step says.
 """

@@ -144,7 +144,8 @@ def test_flask_geneva_offers_the_host_commands_only(geneva_database):
 def test_flask_geneva_check_deploy_and_doctor_read_the_hosts_database(
     geneva_database, paused_onboarding
 ):
-    """``flask geneva check-deploy`` / ``doctor`` (SPEC §6.4, §6.6): on the host's database,
+    """``flask geneva check-deploy`` / ``doctor`` (docs/MANUAL.md, "Changing workflows in
+    production"): on the host's database,
     where the paused onboarding workflow lives (the engine's own URL is not even set)."""
     checked = _flask_geneva(geneva_database, "check-deploy", "--json")
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -170,7 +171,7 @@ def test_flask_geneva_check_deploy_and_doctor_read_the_hosts_database(
 
 
 def test_flask_geneva_archive_runs_on_the_hosts_database(geneva_database, tmp_path):
-    """``flask geneva archive`` (issue 26): the same command, on the host's database."""
+    """``flask geneva archive``: the same command, on the host's database."""
     archived = _flask_geneva(
         geneva_database, "archive", "--older-than", "30d", "--to", str(tmp_path)
     )

@@ -1,4 +1,4 @@
-"""The signal inbox's bulk deliver (issue 32): select waiters, type the signal once, preview
+"""The signal inbox's bulk deliver: select waiters, type the signal once, preview
 (only rows still waiting for it count), confirm; mistakes come back in the form, in place,
 with what was typed; every delivery goes through the engine's audited signal action."""
 

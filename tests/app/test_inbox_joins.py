@@ -1,4 +1,4 @@
-"""A join (``wait_for_children=True``, SPEC §6.3) parks in ``waiting`` like a signal waiter,
+"""A join (``wait_for_children=True``) parks in ``waiting`` like a signal waiter,
 but waits for its children: the signal inbox leaves it out (its rows, its counts, its limit),
 and a signal sent from the inbox (``waiting_only``) is refused with the children's words."""
 

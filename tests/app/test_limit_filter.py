@@ -1,6 +1,6 @@
 """``/workflows?limit=NAME`` without a key lists the workflows of every key of that limit
-(SPEC §6.2), whatever the collation of the slot columns: the slots ``NAME/<key>`` are matched
-by prefix, not by a range that relies on byte order."""
+(docs/MANUAL.md, "Concurrency and rate limits"), whatever the collation of the slot columns: the
+slots ``NAME/<key>`` are matched by prefix, not by a range that relies on byte order."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What operators see of concurrency limits (SPEC §6.2): /limits with in use, waiting and the
+"""What operators see of concurrency limits (docs/MANUAL.md, "Concurrency and rate limits"):
+/limits with in use, waiting and the
 keys with most waiting, each linking to the workflows list filtered by limit and key, and the
 why-line of a deferred execution."""
 

@@ -261,7 +261,7 @@ def test_signal_waiting_only_delivers_to_the_waiters_and_refuses_the_rest(demo, 
     assert batch.params["waiting_only"] is True
 
 
-# --- without Flask (issue 25) --------------------------------------------------------------------
+# --- without Flask -------------------------------------------------------------------------------
 
 #: Installed through PYTHONPATH: every import of Flask or its extensions raises, as in a
 #: process where Flask is not installed.
@@ -334,7 +334,7 @@ def test_every_operator_command_runs_where_import_flask_fails(demo, cli, no_flas
     ]
 
 
-# --- the audit actor (issue 27) ------------------------------------------------------------------
+# --- the audit actor -----------------------------------------------------------------------------
 
 
 def test_the_actor_is_the_os_user_whatever_logname_says(demo, cli):
@@ -359,7 +359,7 @@ def test_an_explicit_actor_is_audited_as_such_beside_the_os_user(demo, cli):
     assert empty.returncode == 1 and "--actor needs a name" in empty.stderr
 
 
-# --- issue 32, item 9 ----------------------------------------------------------------------------
+# --- what the CLI assumes, it says: the default database, unknown classes and steps --------------
 
 
 def _bare_env(**extra: str) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """The dashboard's template environment: compiled templates shared by the apps of a process.
 
 Each dashboard app has its own Jinja environment (the host app's own templates stay apart),
-yet compiling the overview's templates cost 84 of a new app's first 240 ms (issue 26). The
+yet compiling the overview's templates cost 84 of a new app's first 240 ms. The
 compiled code is kept per set of Jinja options and checked against the source's checksum.
 """
 

@@ -1,4 +1,4 @@
-"""Issue 26: the per-minute rollup of finished executions (engine/rollups.py) that the charts
+"""The per-minute rollup of finished executions (engine/rollups.py) that the charts
 and the failures page read. Whatever housekeeping has rolled up, the counts equal the ones
 computed here from the executions themselves: before the first pass, after it, after a second
 pass at the same moment (nothing counted twice), after later passes that move the window, and

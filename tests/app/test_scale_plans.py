@@ -1,4 +1,4 @@
-"""Issue 26: the dashboard pages that summarise history read only what they show.
+"""The dashboard pages that summarise history read only what they show.
 
 Each test runs a page the way a viewer does (a GET), captures every SELECT it ran, and has the
 database explain it: the statements that used to read every failed execution, every signal,

@@ -1,4 +1,5 @@
-"""What operators see of time-bounded waits (SPEC §6.1): the why-line with the time left and
+"""What operators see of time-bounded waits (docs/MANUAL.md, "Time-bounded waits"): the
+why-line with the time left and
 the action, the signal inbox's time-out column (soonest first), the timed-out execution in the
 timeline, and the ``due=timed_out`` filter of the workflows list."""
 

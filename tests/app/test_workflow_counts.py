@@ -1,4 +1,4 @@
-"""Issue 26: the per-(class, state) counts the overview and /metrics show come from
+"""The per-(class, state) counts the overview and /metrics show come from
 ``geneva_drive_workflow_counts``, not from a scan of the workflows, and equal the exact SQL
 count after everything that writes workflows: creating, running, failing, signals, the
 operator's buttons, housekeeping's cleanup, a savepoint rolled back, an ORM delete, and

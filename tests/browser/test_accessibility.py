@@ -1,5 +1,5 @@
 """axe-core on every page of the demo, in the light and the dark scheme and at 390 px: no
-serious or critical violation (issue 32, item 1: dark-mode action buttons failed contrast).
+serious or critical violation (dark-mode action buttons once failed contrast).
 
 axe-core is vendored in tests/browser/vendor (from npm, MPL-2.0): nothing is fetched at test
 time, and it is injected as an init script (Playwright runs those outside the page's CSP).

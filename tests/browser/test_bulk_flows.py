@@ -1,4 +1,4 @@
-"""The two bulk fixes of issue 18 that were dead in the browser, driven to the end.
+"""Two bulk actions that were dead in the browser, driven to the end.
 
 The earlier browser tests stopped at the preview ("N workflows will be …") and never clicked
 its confirm button, and the list test only ever used the bulk bar's buttons, never its Step

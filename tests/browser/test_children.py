@@ -1,4 +1,4 @@
-"""An operator in Chromium follows a demo order to its child workflows and back (SPEC §6.3):
+"""An operator in Chromium follows a demo order to its child workflows and back:
 the parent's page shows the children's progress and links to the filtered list, a child's page
 links to its parent, and a bulk pause over the children list pauses the child chosen."""
 

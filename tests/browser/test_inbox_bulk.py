@@ -1,4 +1,4 @@
-"""Issue 32, item 8: the signal inbox's bulk deliver, in Chromium on the demo, in the light and
+"""The signal inbox's bulk deliver, in Chromium on the demo, in the light and
 the dark scheme: tick waiters, type the signal once, a mistake comes back next to its field
 with what was typed, preview, confirm; then what the operator sees and the rows that changed.
 axe-core runs on the form with its error, on the preview and on the result."""

@@ -1,4 +1,4 @@
-"""An operator in Chromium opens /limits on the demo (SPEC §6.2): the tenant-sync limit shows
+"""An operator in Chromium opens /limits on the demo: the tenant-sync limit shows
 its slots in use and the tenant with most waiting; following that key opens the workflows list
 filtered by limit and key, whose rows are exactly the workflows under that slot in the
 database, each saying why it waits."""

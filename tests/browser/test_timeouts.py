@@ -1,4 +1,5 @@
-"""An operator in Chromium watches a demo checkout's wait time out (SPEC §6.1): the why-line
+"""An operator in Chromium watches a demo checkout's wait time out (docs/MANUAL.md,
+"Time-bounded waits"): the why-line
 counts down "— times out in … (then cancel)", the real sweep (the loop ``geneva-drive up``
 runs beside the embedded worker) fires the time-out, and the page, polling, changes to
 "canceled" with the timed-out execution in the timeline; the signal inbox lists the checkout

@@ -1,4 +1,4 @@
-"""Issue 26: ``geneva-drive archive`` writes old finished/canceled workflows with their
+"""``geneva-drive archive`` writes old finished/canceled workflows with their
 executions and signals to gzip JSON Lines (one file per day), verifies the files, deletes the
 rows, and ``--restore`` loads them back: into an empty database, equal to what was archived.
 """
@@ -57,7 +57,7 @@ class ArchivedKid(Workflow):
 
 
 class ArchivedFanOut(Workflow):
-    """Issue 31's fan-out: two children, joined; its children end before it does."""
+    """A fan-out: two children, joined; its children end before it does."""
 
     @step
     def split(self) -> None:
@@ -318,7 +318,7 @@ def _fan_out(session: Session, layout: str) -> tuple[int, list[int]]:
 
 @pytest.mark.parametrize("layout", ["same day", "child a day older", "parent a day older"])
 def test_a_fan_out_round_trips_with_its_parent_links(geneva_session, tmp_path, layout):
-    """Issue 31's parent_id (a foreign key) survives archive and restore whichever of parent
+    """A child's parent_id (a foreign key) survives archive and restore whichever of parent
     and child is restored first: the rows are equal, parent_id and the child counters too."""
     session = geneva_session
     parent_id, kids = _fan_out(session, layout)

@@ -1,4 +1,5 @@
-"""``geneva_drive.deploy.check`` and ``geneva-drive check-deploy`` (SPEC §6.4, issue 28): each
+"""``geneva_drive.deploy.check`` and ``geneva-drive check-deploy`` (docs/MANUAL.md, "Check
+before each deploy: `geneva-drive check-deploy`"): each
 kind of problem a deploy would cause is caught with its count, an example id and the fix,
 and the fixed code passes. "The new code" is the workflow class defined again under the same
 name, as a host's next release would define it."""

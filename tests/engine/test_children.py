@@ -1,10 +1,11 @@
-"""Fan-out and join: child workflows (SPEC §6.3), each rule through the public API and the
+"""Fan-out and join: child workflows (docs/MANUAL.md, "Fan-out and join: child workflows"),
+each rule through the public API and the
 test helpers, on SQLite, PostgreSQL and MariaDB.
 
 start_child creates the child in the step's transaction (a discarded attempt starts none) with
 ``create``'s rules; ``wait_for_children=True`` parks until every child started before it ended,
 or runs at once; a canceled child triggers ``on_child_failure``; a paused child keeps the
-parent waiting; ``cancel_children``; an operator pausing or canceling the parent; the §6.1
+parent waiting; ``cancel_children``; an operator pausing or canceling the parent; a join's
 time-out; a child's end reaches its parent exactly once, counted, never by rescanning.
 """
 
@@ -417,7 +418,7 @@ def test_without_cancel_children_the_children_outlive_a_canceled_parent(geneva_s
     assert _child_signals(geneva_session, parent) == []  # nobody waits for them any more
 
 
-# --- time-outs (SPEC §6.1) --------------------------------------------------------------------
+# --- time-outs --------------------------------------------------------------------------------
 
 
 def test_the_join_times_out(geneva_session, order):

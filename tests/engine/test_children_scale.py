@@ -1,5 +1,6 @@
-"""Fan-out and join at scale (SPEC §6.3: "costs O(1) per child: 10,000 children of one parent
-are created in one step in seconds and joined without rescanning them"), on SQLite,
+"""Fan-out and join at scale (docs/MANUAL.md, "Fanning out to 10,000 children": a child costs
+O(1), so 10,000 children of one parent are created in one step in seconds and joined without
+rescanning them), on SQLite,
 PostgreSQL and MariaDB.
 
 10,000 children of one parent are started by one step and ended from four threads, each child

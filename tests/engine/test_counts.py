@@ -1,5 +1,5 @@
 """The per-state counts keep ``ready`` and ``performing`` under one row and split it on read
-(issue 26's counts table, issue 33's per-step budget): a step costs no count statement, and
+(the counts table, within a step's statement budget): a step costs no count statement, and
 the counts still say how many workflows are being performed right now."""
 
 from __future__ import annotations

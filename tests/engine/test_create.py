@@ -1,4 +1,4 @@
-"""Creating and finding workflows (reference/engine-core.md §3.3-§3.4, SPEC §2.2):
+"""Creating and finding workflows (docs/MANUAL.md, "Creating, finding and counting"):
 polymorphic heroes, uniqueness, first-step scheduling, gravestone-only classes, query helpers,
 and rows whose class no longer exists."""
 
@@ -414,7 +414,7 @@ def test_create_uses_the_heros_session(geneva_session):
 
 
 def test_deleted_class_can_be_resumed_at_a_step_of_a_class_that_exists(geneva_session):
-    """SPEC §2.2: an orphaned workflow (its class is gone) is moved onto an existing class."""
+    """An orphaned workflow (its class is gone) is moved onto an existing class."""
     calls = []
 
     class CreateRenamedOld(Workflow):

@@ -1,5 +1,6 @@
-"""SPEC §6.4: renaming a step with workflows on it (``renamed_step``), and a waiting execution
-whose step a deploy removed is stranded like a scheduled one (issue 28).
+"""Renaming a step with workflows on it (``renamed_step``), and a waiting execution whose step
+a deploy removed is stranded like a scheduled one (docs/MANUAL.md, "Removing steps, stranded
+workflows and `resume_at`").
 
 Each test "deploys" by defining the workflow class again under the same name, as a host's
 new code would, with workflows already parked or scheduled under the old code.
@@ -328,7 +329,7 @@ def test_renamed_step_runs_a_scheduled_execution_and_counts_from_the_new_positio
 def test_a_resumable_chain_started_before_the_rename_continues_under_the_new_name(
     geneva_session,
 ):
-    """SPEC §6.4: scheduling never uses the old name again, not even for the next link of a
+    """Scheduling never uses the old name again, not even for the next link of a
     cursor chain whose first links ran under the old name."""
 
     class V1(Workflow):

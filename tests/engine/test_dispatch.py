@@ -1,5 +1,6 @@
 """The dispatcher sends due, unsent executions of ready workflows, once per resend interval,
-after its own commit; executions due later than the horizon wait for it (SPEC §1.2)."""
+after its own commit; executions due later than the horizon wait for it (docs/MANUAL.md,
+"The row is the schedule; Celery is only the transport")."""
 
 from __future__ import annotations
 
@@ -195,7 +196,7 @@ def test_dispatched_message_carries_the_merged_job_options(geneva_session, genev
     assert (message.queue, message.priority) == ("payments", 9)
 
 
-# --- a wait_until job option beyond the horizon (issue 20) -----------------------------------
+# --- a wait_until job option beyond the horizon ----------------------------------------------
 
 
 class DispatchWaitUntilWorkflow(Workflow):
@@ -268,7 +269,7 @@ def test_a_wait_until_that_comes_within_the_horizon_is_sent_with_a_short_countdo
     assert 15 <= message.countdown <= 20
 
 
-# --- issue 26: a burst due at one instant ------------------------------------------------------
+# --- a burst due at one instant ----------------------------------------------------------------
 
 
 def _burst(geneva_session, count: int):

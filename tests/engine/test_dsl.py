@@ -1,6 +1,6 @@
 """Class-definition-time DSL: step registration, validation messages (naming the class, the
 step and the fix), ordering, inheritance without mutating parents, add_step and removed_step
-(reference/engine-core.md §3.1-§3.2, SPEC §2.1)."""
+(docs/MANUAL.md, "Defining steps")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The executor (reference/engine-core.md §4): prepare checks in their exact order, the body
+"""The executor (docs/MANUAL.md, "How a step runs"): prepare checks in their exact order, the body
 and its hooks, finalize and its guards, and errors re-raised only after the commit."""
 
 from __future__ import annotations

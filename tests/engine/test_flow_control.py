@@ -1,5 +1,6 @@
-"""Flow control inside steps and operator actions outside them (reference/engine-core.md §5,
-§3.4 scheduling helpers, §7 removed_steps_in_flight)."""
+"""Flow control inside steps and operator actions outside them, the scheduling helpers and
+removed_steps_in_flight (docs/MANUAL.md, "Flow control inside a step", "Operator actions
+outside a step")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``geneva_drive.health`` and ``geneva-drive doctor`` (SPEC §6.4, issue 28): each shape of an
+"""``geneva_drive.health`` and ``geneva-drive doctor`` (docs/MANUAL.md, "Unexplained workflows:
+`geneva-drive doctor`"): each shape of an
 unexplained workflow, forced through the tables, is found with the rule it breaks and the fix;
 healthy workflows in every explained state are not; the per-class counts behind the gauge."""
 

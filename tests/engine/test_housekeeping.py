@@ -1,6 +1,6 @@
 """Housekeeping: batched cleanup of old terminal workflows, recovery of stuck executions
 (reattempt or cancel; resumable ones continue from their cursor), a failing row never loops,
-and the gem's gauges through the metrics facade (reference signals-policies-housekeeping §4)."""
+and the gem's gauges through the metrics facade (docs/MANUAL.md, "Housekeeping")."""
 
 from __future__ import annotations
 

@@ -147,7 +147,7 @@ def test_a_chain_runs_each_step_as_its_own_execution_with_its_own_events(
     assert performed == ids and finalized == ids
     assert [(h["predecessor_id"], h["execution_id"]) for h in hand_offs] == list(pairwise(ids))
     for row in rows[1:]:
-        # Claimed, never sent: no sent_at, but a job id like a published row (issue 24);
+        # Claimed, never sent: no sent_at, but a job id like a published row;
         # started and finished like any step.
         assert row.sent_at is None and row.job_id is not None and len(row.job_id) == 32
         assert row.started_at is not None and row.finished_at is not None
@@ -245,7 +245,7 @@ def test_a_raising_prepare_of_the_successor_cannot_take_the_outcome_down(
     geneva_session, geneva_transport
 ):
     workflow, first_id = _start(geneva_session, InlineSkipRaisesWorkflow)
-    # The successor's error is its own (issue 24): the delivered task does not raise it.
+    # The successor's error is its own: the delivered task does not raise it.
     executor.execute(first_id, budget=inline.Budget())
     # first's outcome was committed before second was claimed; second's own failure is
     # recorded by the policy (pause), as when its message is delivered.
@@ -260,7 +260,7 @@ def test_a_raising_prepare_of_the_successor_cannot_take_the_outcome_down(
 def test_a_raising_body_ends_the_chain_and_its_successor_is_sent(geneva_session, geneva_transport):
     workflow, first_id = _start(geneva_session, InlineBodyRaisesWorkflow)
     geneva_transport.clear()
-    # The successor's error is its own (issue 24): the delivered task does not raise it.
+    # The successor's error is its own: the delivered task does not raise it.
     executor.execute(first_id, budget=inline.Budget())
     rows = summary(geneva_session, workflow)
     assert rows[:2] == [("first", "completed", "success"), ("second", "failed", "failed")]

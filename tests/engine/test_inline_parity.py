@@ -1,4 +1,4 @@
-"""Inline successors are indistinguishable from published ones (issue 24).
+"""Inline successors are indistinguishable from published ones.
 
 Each test runs the same workflow with inline successors on (a worker's budget) and off (no
 budget: every successor is published, as with ``GENEVA_INLINE_SUCCESSORS=false``) and compares

@@ -1,4 +1,5 @@
-"""``settings.inline_successor_start_with_outcome`` (issue 33): an inline successor whose start
+"""``settings.inline_successor_start_with_outcome`` (docs/MANUAL.md, "How a step runs"): an
+inline successor whose start
 needs no check of its own is started in the commit of its predecessor's outcome, so a chain
 costs one transaction per step instead of two; every other successor keeps its own start.
 

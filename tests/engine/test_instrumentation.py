@@ -1,4 +1,4 @@
-"""Executor instrumentation events (reference/engine-core.md §4.8, signals-policies §4.6):
+"""Executor instrumentation events (docs/MANUAL.md, "Instrumentation and error reporting"):
 precondition -> step -> finalize, with payloads and durations; aborted prepares emit less."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Job options (reference/engine-core.md §8, SPEC §1.2): validation, the three-level merge, and
+"""Job options (docs/MANUAL.md, "Job options"): validation, the three-level merge, and
 what is recorded on the transport (queue, priority, countdown) for every send of a step."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Concurrency and rate limits per key (SPEC §6.2), through the real executor.
+"""Concurrency and rate limits per key (docs/MANUAL.md, "Concurrency and rate limits"), through
+the real executor.
 
 A slot is held by an execution in progress: a test holds one by running a step whose body
 calls back into the test (``during``), where other executions are then run (each in its own

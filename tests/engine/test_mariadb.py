@@ -2,7 +2,7 @@
 
 READ COMMITTED is not a preference: under InnoDB's default REPEATABLE READ the signal/gate race
 of test_signals_race.py loses a wake-up (the gate's snapshot misses a signal committed after
-its transaction began, and the step parks for good), measured while choosing it (issue 19).
+its transaction began, and the step parks for good), measured while choosing it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Every outcome of a step run, as the rows and events it leaves (issue 25, "one outcome, two
-mappings"), and the rule that finalize moves the workflow through exactly one state.
+"""Every outcome of a step run, as the rows and events it leaves, and the rule that finalize moves
+the workflow through exactly one state.
 
 Each case runs one step of a two-step workflow - the first or the last - and pins what the
 executor wrote: the execution's state, outcome and error columns, the workflow's state and

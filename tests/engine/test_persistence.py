@@ -174,7 +174,7 @@ def test_a_step_writes_each_engine_row_once_per_phase(geneva_session):
     with statements() as seen:
         execute(workflow.current_execution.id)
     writes = [w for w in seen if w.split(" ", 1)[0] in ("UPDATE", "INSERT", "DELETE", "WITH")]
-    # The per-state counts (issue 26) keep ready and performing under one row, "ongoing": a
+    # The per-state counts keep ready and performing under one row, "ongoing": a
     # step that neither starts nor ends its workflow writes no count (it wrote one upsert per
     # phase, performing then ready, before the two were folded).
     counted = [w for w in writes if "geneva_drive_workflow_counts" in w]
@@ -207,7 +207,7 @@ def test_a_step_writes_each_engine_row_once_per_phase(geneva_session):
         assert len(writes) == 6
     else:
         # PostgreSQL: prepare's two UPDATEs in one statement; finalize's two UPDATEs, the sweep
-        # and the next step's INSERT in one more (issue 33). The INSERT comes after the
+        # and the next step's INSERT in one more. The INSERT comes after the
         # UPDATEs' CTEs have run (its one-time filter counts them): the one-active index would
         # refuse the new row beside a predecessor still in progress.
         assert len(writes) == 2, writes
@@ -607,7 +607,7 @@ def test_scheduling_the_next_step_cancels_a_stray_on_every_backend(geneva_sessio
     ]
 
 
-# --- an INSERT deferred to the next write (issue 33: a successor inserted already started) ---
+# --- an INSERT deferred to the next write (a successor inserted already started) -------------
 
 
 def _drawn_execution_id(session) -> int:

@@ -1,4 +1,4 @@
-"""Exception policies (reference/signals-policies-housekeeping.md §3, engine-core.md §4.5-§4.7):
+"""Exception policies (docs/MANUAL.md, "Exception policies"):
 step-level forms, class-level resolution, the default pause, max_reattempts and the
 consecutive-reattempt count, the global cap, terminal actions, reporting, and error columns."""
 

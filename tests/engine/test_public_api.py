@@ -1,4 +1,5 @@
-"""SPEC §1.0 and §2: every public name imports from the one ``geneva_drive`` namespace."""
+"""Every public name imports from the one ``geneva_drive`` namespace (docs/MANUAL.md,
+"Quick reference")."""
 
 from __future__ import annotations
 

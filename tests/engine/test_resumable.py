@@ -1,4 +1,4 @@
-"""Resumable steps: cursor iteration with chained executions (reference engine-core §6)."""
+"""Resumable steps: cursor iteration with chained executions (docs/MANUAL.md, "Resumable steps")."""
 
 from __future__ import annotations
 
@@ -361,7 +361,7 @@ def test_out_of_band_cancel_stops_at_the_next_checkpoint(order):
     wf.session.refresh(first)
     assert (first.state, first.outcome) == ("canceled", "canceled")
     # The checkpoint after the cancel found the execution closed: a discarded attempt commits
-    # nothing more (issue 24), so the cursor is the last one committed before the cancel.
+    # nothing more, so the cursor is the last one committed before the cancel.
     assert first.cursor_value == 1
     assert len(chain(wf, "walk")) == 1
 
@@ -1094,7 +1094,7 @@ def test_checkpoints_commit_the_steps_work_with_the_cursor(order):
     assert holder["seen"] == ("item-2", 2)
     assert cursor == 2
     # the failing item's own write rolls back with the failed attempt, as for any step body
-    # (issue 24: writes commit with a success or a checkpoint); item 2's checkpoint stays
+    # (writes commit with a success or a checkpoint); item 2's checkpoint stays
     assert stored.status == "item-2"
 
 
@@ -1105,7 +1105,7 @@ def test_iterable_step_is_exported():
 
 
 def test_a_stale_pause_marker_of_a_skipped_step_does_not_hijack_a_later_resume(order):
-    """Deliberate deviation from the gem's quirk (reference §5.4 step 4): the marker search is
+    """Deliberate deviation from a quirk of the gem's resume: the marker search is
     limited to the step the workflow is on, so a skipped step is not continued later."""
     processed = []
     fail_after = {"n": 1}

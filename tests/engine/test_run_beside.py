@@ -1,5 +1,5 @@
 """``db.run_beside``: reads on a connection of their own, in a pool made per process, and
-``db.serves_threads``: which binds can give a second thread a connection (issue 26)."""
+``db.serves_threads``: which binds can give a second thread a connection."""
 
 from __future__ import annotations
 

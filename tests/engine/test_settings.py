@@ -1,4 +1,4 @@
-"""engine.settings (reference/engine-core.md §9.1, SPEC §2.5): the gem's defaults, run-time
+"""engine.settings (docs/MANUAL.md, "Settings"): the gem's defaults, run-time
 assignment with coercion and validation, and GENEVA_* environment variables."""
 
 from __future__ import annotations

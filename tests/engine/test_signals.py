@@ -1,4 +1,5 @@
-"""Signals: the sender side — signal(), dedup, atomicity, payloads (reference signals §2.2 to §2.6)."""
+"""Signals: the sender side — signal(), dedup, atomicity, payloads (docs/MANUAL.md, "Signals
+and webhooks")."""
 
 from __future__ import annotations
 

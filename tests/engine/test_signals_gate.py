@@ -1,5 +1,5 @@
 """Signals: the receiver side - wait_for, the gate, waking, consumption and the helpers
-(reference signals §2.4, §2.7 to §2.10, §5)."""
+(docs/MANUAL.md, "Signals and webhooks", "Testing waiting steps")."""
 
 from __future__ import annotations
 

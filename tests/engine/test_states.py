@@ -1,5 +1,5 @@
-"""The state machines of reference/engine-core.md §2 (workflow and step execution states,
-transitions, timestamps, outcomes, ongoing-ness and the step pointers)."""
+"""The state machines (docs/MANUAL.md, "Core concepts" and "States": workflow and step execution
+states, transitions, timestamps, outcomes, ongoing-ness and the step pointers)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_state_and_outcome_vocabularies_match_the_gem():
         "failed",
         "recovered",
         "workflow_paused",
-        "timed_out",  # beyond the gem: time-bounded waits (SPEC §6.1)
+        "timed_out",  # beyond the gem: time-bounded waits
     } == set(OUTCOMES)
 
 
@@ -245,7 +245,7 @@ def test_error_hierarchy():
     assert issubclass(errors.StepNotDefinedError, errors.StepExecutionError)
     # A step's own exception is re-raised as itself: no wrappers that nothing raises.
     assert not hasattr(errors, "StepFailedError") and not hasattr(errors, "PreconditionError")
-    # Each name ends in Error; the gem's names (SPEC §2) are the same classes.
+    # Each name ends in Error; the gem's names are the same classes.
     assert errors.InvalidStateTransition is errors.InvalidTransitionError
     assert errors.WorkflowNotOngoing is errors.WorkflowNotOngoingError
     # It carries ids and names, not the rows: it outlives the session that raised it.

@@ -1,4 +1,4 @@
-"""geneva_drive.testing helpers (reference/signals-policies-housekeeping.md §5, SPEC §2.6): what each
+"""geneva_drive.testing helpers (docs/MANUAL.md, "Testing"): what each
 helper runs, what it returns, and the exact failure messages."""
 
 from __future__ import annotations

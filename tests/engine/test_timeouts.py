@@ -1,4 +1,5 @@
-"""Time-bounded waits (SPEC §6.1): timeout= and on_timeout= on steps that wait for a signal.
+"""Time-bounded waits (docs/MANUAL.md, "Time-bounded waits"): timeout= and on_timeout= on
+steps that wait for a signal.
 
 Each action through the dispatcher's sweep (``dispatch_due(now=…)``) and the test helper
 (``expire_wait``); a signal before the deadline wins, one after it is buffered; paused
@@ -561,7 +562,7 @@ def test_the_embedded_loop_fires_time_outs_without_dispatching(geneva_session, f
 
 
 def test_the_first_sweep_after_the_deadline_fires_it(geneva_session, fired, monkeypatch):
-    """Within one dispatch interval (issue 29): the loop sweeps every interval, no sweep before
+    """Within one dispatch interval: the loop sweeps every interval, no sweep before
     the deadline fires, and the first sweep that starts at or after it does."""
     _, parked = _parked(geneva_session, CancelFlow)
     # A whole second, so that every database stores it exactly (MariaDB keeps no fraction

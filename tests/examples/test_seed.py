@@ -47,7 +47,7 @@ def test_small_seed_covers_every_state(geneva_session):
     assert OnboardingWorkflow.removed_steps_in_flight(s) == {"send_fax": 1}
     assert s.scalar(select(func.count()).select_from(Signal).where(Signal.state == "pending")) >= 1
 
-    # Fan-out and join (SPEC §6.3): an order whose invoice waits for its lines.
+    # Fan-out and join: an order whose invoice waits for its lines.
     waiting_parent = s.scalar(
         select(Workflow.id)
         .join(StepExecution, StepExecution.workflow_id == Workflow.id)

@@ -218,7 +218,7 @@ def test_immediately_due_successors_run_in_the_worker_that_finished_the_step(
     assert one.sent_at is not None  # the first step's message came from the test
     for successor in (two, three):
         # Run inline: claimed by the worker, never published (no sent_at), yet with a job id
-        # of its own like a published row (issue 24: inline rows indistinguishable).
+        # of its own like a published row (inline rows are indistinguishable).
         assert (successor.state, successor.sent_at) == ("completed", None)
         assert successor.job_id is not None and successor.job_id != one.job_id
     assert len(_pids(worker.log, workflow_id)) == 1

@@ -3,7 +3,7 @@
 
 The default editable install maps ``geneva_drive.dashboard`` onto ``app/`` through an import
 hook, with ``templates/`` and ``static/`` beside it rather than inside it: the dashboard looked
-for ``app/templates`` and every page was an empty reply (issue 27).
+for ``app/templates`` and every page was an empty reply.
 
 Each mode gets a fresh venv outside the checkout, installed from a copy of the tracked files
 (so neither the checkout nor its own ``build/__editable__`` link tree is touched). To stay

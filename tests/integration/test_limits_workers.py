@@ -1,4 +1,4 @@
-"""Concurrency limits across real Celery worker processes (SPEC §6.2): eight prefork processes
+"""Concurrency limits across real Celery worker processes: eight prefork processes
 race for two slots per key; the step log (one O_APPEND line per body start and end, in the
 order they happened) never shows a third body of one key running."""
 

@@ -1,7 +1,7 @@
-"""No silent broker (issue 24, SPEC §6.6): a process that would publish step messages and was
-given no broker - neither ``GENEVA_BROKER_URL`` nor the host's Celery app - refuses to start,
-naming the setting, and changes nothing. Only the embedded ``geneva-drive up``/``worker`` run
-without one (they poll the database).
+"""No silent broker (docs/MANUAL.md, "Three process roles"): a process that would publish step
+messages and was given no broker - neither ``GENEVA_BROKER_URL`` nor the host's Celery app - refuses
+to start, naming the setting, and changes nothing. Only the embedded ``geneva-drive up``/``worker``
+run without one (they poll the database).
 
 Each role runs as its operator starts it: the installed command in a subprocess, with
 ``GENEVA_BROKER_URL`` (and Celery's own ``CELERY_BROKER_URL``) removed from its environment.

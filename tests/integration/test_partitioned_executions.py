@@ -1,4 +1,4 @@
-"""The manual's "PostgreSQL with time-partitioned executions", run as written (issue 26).
+"""The manual's "PostgreSQL with time-partitioned executions", run as written.
 
 The conversion SQL and the month's drop are read from docs/MANUAL.md itself (the same reader
 ``bench/probe_partition_drop.py`` measures them with), applied to a database ``geneva-drive

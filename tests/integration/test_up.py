@@ -68,7 +68,7 @@ def test_up_demo_serves_the_dashboard_and_stops_on_ctrl_c(
 def test_up_demo_on_mariadb_runs_workflows_to_the_end_and_every_page_answers(
     tmp_path: Path, processes: list[Process]
 ) -> None:
-    """Issue 19's "done when": `geneva-drive up --demo` with GENEVA_DATABASE_URL on MariaDB
+    """MariaDB end to end: `geneva-drive up --demo` with GENEVA_DATABASE_URL on MariaDB
     migrates an empty database, its worker runs workflows to the end, every page answers."""
     admin_url = os.environ["GENEVA_TEST_DATABASE_URL"]
     name, url = create_mysql_database(admin_url, prefix="gd_up")

@@ -188,7 +188,7 @@ def test_the_wheel_alone_runs_every_role(venv: Path, outside: Path, started: lis
     require_service("Redis", REDIS_URL)
     web_port = _free_port()
     # The standalone dashboard's operator actions publish step messages: like every publishing
-    # role it refuses to start without GENEVA_BROKER_URL (no silent broker, SPEC §6.6).
+    # role it refuses to start without GENEVA_BROKER_URL (no silent broker).
     gunicorn = Process(
         [str(bin_ / "gunicorn"), "-b", f"127.0.0.1:{web_port}", "geneva_drive.dashboard.wsgi:app"],
         {

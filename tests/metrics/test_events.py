@@ -168,7 +168,7 @@ def test_a_real_housekeeping_run_is_counted(geneva_session):
 
 
 def test_a_stranded_waiter_released_by_housekeeping_is_counted(geneva_session):
-    """Issue 28: a waiting execution whose step a deploy removed is released by housekeeping,
+    """A waiting execution whose step a deploy removed is released by housekeeping,
     and the release reaches ``housekeeping_recovered_total{kind="stranded_waiting"}``."""
 
     class BeforeDeploy(Workflow):

@@ -36,7 +36,7 @@ ALLOWED_LABELS = {
     "action",
     "kind",
     "le",
-    "limit",  # a limit's name (SPEC §6.2), never its key
+    "limit",  # a limit's name, never its key
     "schedule",  # a schedule's name (at most SCHEDULE_SERIES_LIMIT series of the gauge)
 }
 

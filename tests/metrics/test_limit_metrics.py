@@ -1,4 +1,5 @@
-"""The limit metrics of SPEC §6.2 on /metrics: in use and waiting per limit name (from the
+"""The limit metrics on /metrics (docs/MANUAL.md, "Concurrency and rate limits"): in use and
+waiting per limit name (from the
 database), and the deferral counter (from the executor). Labels carry the name, never a key."""
 
 from __future__ import annotations

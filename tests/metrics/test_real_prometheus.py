@@ -1,6 +1,7 @@
 """A real Prometheus server (Debian's ``prometheus``) scrapes the dashboard's ``/metrics`` and
 loads docs/prometheus-rules.yml: the gauge ``geneva_drive_unexplained_workflows`` arrives
-with its class label and value, and the alert on it is loaded (SPEC §6.4, issue 28).
+with its class label and value, and the alert on it is loaded (docs/MANUAL.md, "Unexplained
+workflows: `geneva-drive doctor`").
 
 The server runs on a port of its own with a data directory under the test's tmp_path and is
 stopped by its own PID."""
@@ -33,7 +34,7 @@ from tests.engine.helpers import make_order
 pytestmark = pytest.mark.integration
 
 RULES = Path(__file__).resolve().parents[2] / "docs" / "prometheus-rules.yml"
-#: /metrics answers 401 without a bearer token (issue 27): the scrape presents it, as a
+#: /metrics answers 401 without a bearer token: the scrape presents it, as a
 #: production Prometheus does (``authorization: {credentials: ...}``).
 TOKEN = uuid4().hex
 

@@ -62,7 +62,7 @@ def test_celery_worker_init_installs_the_metrics(monkeypatch, geneva_database):
 
     monkeypatch.delenv("GENEVA_WORKER_METRICS_PORT", raising=False)
     monkeypatch.delenv("GENEVA_WORKFLOW_MODULES", raising=False)
-    # A worker refuses to start without a broker (SPEC §6.6); this one is given one.
+    # A worker refuses to start without a broker (no silent broker); this one is given one.
     monkeypatch.setenv("GENEVA_BROKER_URL", "memory://")
     prometheus.uninstall()
     engine_celery._on_worker_init()

@@ -942,7 +942,7 @@ class Chaos:
 
         # This process publishes (the dashboard's actions, create, signals) through a Celery
         # app given the private broker, set before the dashboard is built: nothing may publish
-        # to a broker it was not given (SPEC §6.6).
+        # to a broker it was not given (no silent broker).
         celery = make_celery(self.broker.url)
         celery.conf.task_default_queue = QUEUE
         # A send during a broker outage fails fast; the dispatcher resends the row.
@@ -966,7 +966,7 @@ class Chaos:
         Base.metadata.create_all(self.engine)
         ledger_metadata.create_all(self.engine)
         self.client = self.flask_app.test_client()
-        # The session a real login makes, bound to the operator's password (issue 27): without
+        # The session a real login makes, bound to the operator's password: without
         # the fingerprint every operator action would be refused as anonymous.
         with self.flask_app.app_context():
             fingerprint = password_fingerprint(OPERATOR)

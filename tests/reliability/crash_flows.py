@@ -141,7 +141,7 @@ class CrashBodyWorkflow(Workflow):
 
 
 class CrashLimitWorkflow(Workflow):
-    """One step, at most one in progress at once in one pool (SPEC §6.2)."""
+    """One step, at most one in progress at once in one pool (a concurrency limit)."""
 
     may_proceed_without_hero = True
     concurrency_limit = ConcurrencyLimit("crash-slot", limit=1)

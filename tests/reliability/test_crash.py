@@ -227,7 +227,7 @@ def test_sigkill_inside_finalize(embedded: EmbeddedWorkers, shared_database) -> 
     assert_invariants(shared_database.engine, quiescent=True)
 
 
-# --- SIGKILL while holding a concurrency slot (SPEC §6.2) --------------------------------------
+# --- SIGKILL while holding a concurrency slot --------------------------------------------------
 
 
 def test_sigkill_while_holding_a_concurrency_slot(
@@ -288,7 +288,7 @@ def test_sigkill_while_holding_a_concurrency_slot(
     assert_invariants(shared_database.engine, quiescent=True)
 
 
-# --- SIGKILL during a child workflow's join (SPEC §6.3) -----------------------------------------
+# --- SIGKILL during a child workflow's join -----------------------------------------------------
 
 
 def test_sigkill_while_a_child_reports_its_end_to_the_parent(
@@ -599,7 +599,7 @@ def test_sigkill_between_the_commit_and_an_inline_successor(
     one, two = executions(workflow_id)
     assert (one.state, one.outcome) == ("completed", "success")
     # Committed with the outcome, held for the worker that died: due, scheduled, never sent,
-    # with its job id (issue 24: inline rows look like published ones).
+    # with its job id (inline rows look like published ones).
     assert (two.step_name, two.state, two.sent_at) == ("two", "scheduled", None)
     assert two.job_id is not None
     assert workflow_state(workflow_id) == "ready"

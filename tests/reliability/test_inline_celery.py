@@ -1,5 +1,5 @@
 """Inline successors through a real Celery worker (prefork, a private Redis): a successor's
-exception is the successor's, inline on and off (issue 24).
+exception is the successor's, inline on and off.
 
 Published, the successor's own task raises it (Celery logs ``perform_step[<its job id>]
 raised``). Inline, the task that delivered the first step succeeded - it must not raise the

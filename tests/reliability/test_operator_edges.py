@@ -64,7 +64,7 @@ def test_skipping_the_preserved_last_step_of_a_paused_workflow(rdb, cls):
             (e.step_name, e.state, e.outcome)
             for e in session.get(Workflow, workflow_id).execution_history
         ]
-    # As with a next step to go to: the preserved execution is swept (reference §5.3).
+    # As with a next step to go to: the preserved execution is swept (the gem's rule).
     assert states[-1] == ("last", "canceled", "canceled"), states
     assert_invariants(rdb, quiescent=True)
 

@@ -1,4 +1,4 @@
-"""An operator moves a workflow past the step that is running (issue 17, items 1-4).
+"""An operator moves a workflow past the step that is running: four cases, items 1-4 below.
 
 Thread-driven like test_interleavings.py: the body blocks on an event, so the operator acts
 exactly while it runs, in its own transaction; then the body is released and the worker's

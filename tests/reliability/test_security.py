@@ -162,7 +162,7 @@ def _login(client, name: str, password: str, addr: str = "203.0.113.5"):
 
 def test_login_is_rate_limited_per_user_and_address(build):
     """Per (user, address) first; then looser caps per user (from any address) and per
-    address (for any user). Issue 16 replaced the strict per-address and per-user limits,
+    address (for any user). These replaced the strict per-address and per-user limits,
     which let five wrong passwords from anywhere lock the real user out."""
     app = build(
         LOGIN_MAX_FAILURES=3,
@@ -323,7 +323,7 @@ def test_metrics_token_is_honoured(build):
     # A logged-in dashboard session is not a metrics credential.
     assert login(app.test_client(), "olga").get("/metrics").status_code == 401
     # Without a token configured the endpoint is open, like /healthz.
-    # Without a token it is closed, unless opened explicitly (issue 27).
+    # Without a token it is closed, unless opened explicitly.
     assert build().test_client().get("/metrics").status_code == 401
     assert build(METRICS_PUBLIC=True).test_client().get("/metrics").status_code == 200
 

@@ -1,4 +1,4 @@
-"""The findings of the security review (issue 16), each reproduced the way it was found.
+"""The findings of the first security review, each reproduced the way it was found.
 
 Every test here failed on the code before the fix: a missing secret key, the demo's loopback
 bypass under DNS rebinding, username timing, login throttling, half-run bulk actions, logout,

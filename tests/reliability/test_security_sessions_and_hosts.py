@@ -121,7 +121,8 @@ def test_init_app_refuses_a_weak_or_public_host_key(geneva_database, key):
 
 
 def test_init_app_accepts_a_real_host_key(geneva_database, monkeypatch):
-    # A broker is given (SPEC §6.6: init_app without celery= needs one), so only the key decides.
+    # A broker is given (no silent broker: init_app without celery= needs one), so only the key
+    # decides.
     monkeypatch.setenv("GENEVA_BROKER_URL", "memory://")
     app, db = _host(geneva_database, SECRET_KEY=SECRET_KEY)
     try:
@@ -665,7 +666,7 @@ def test_pages_without_templates_still_answer_with_an_error_page(build, tmp_path
 )
 def test_viewer_reachable_filters_are_served_by_an_index(build, geneva_session, url, table):
     """At 1M rows these filters took 212-319 ms each, a full scan per request a viewer can
-    repeat at will (issue 27). Plans as in test_security_hardening: SQLite's strict, and
+    repeat at will. Plans as in test_security_hardening: SQLite's strict, and
     PostgreSQL's with sequential scans disabled."""
     from tests.app.conftest import DashPayment
     from tests.engine.helpers import make_order

@@ -213,7 +213,7 @@ def _housekeep(figures: Figures) -> None:
 
 
 def _doctor(figures: Figures) -> None:
-    """``geneva-drive doctor``'s rules (SPEC §6.4) find nothing on a healthy soak, while
+    """``geneva-drive doctor``'s rules find nothing on a healthy soak, while
     workers are killed and operators act as well as after settling."""
     with db.new_session() as session:
         for finding in health.unexplained(session):

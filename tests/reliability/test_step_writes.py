@@ -1,4 +1,5 @@
-"""A step's own writes commit exactly once, with its outcome (issue 24).
+"""A step's own writes commit exactly once, with its outcome (docs/MANUAL.md, "Transactions:
+what a step's writes can rely on").
 
 The rule: what a step body (and its hooks) writes through ``self.session`` commits if and only
 if the attempt's outcome commits as success. Each test drives one fault or operator action

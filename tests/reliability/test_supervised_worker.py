@@ -1,4 +1,4 @@
-"""A supervised Celery worker recovers (issue 24).
+"""A supervised Celery worker recovers.
 
 Celery's prefork worker does not survive every fault on its own: a pool child SIGKILLed while
 the pool starts makes it exit with "Unrecoverable error: WorkerLostError", and a SIGKILL of
