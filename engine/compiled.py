@@ -8,7 +8,7 @@ lock read against 65 µs for the driver alone (bench/NOTES.md), a sizeable part 
 
 :class:`Compiled` keeps what that path derives per call - the SQL string, the bind-parameter
 processors and order, the result-column processors - for each dialect it has met, and runs the
-statement through ``Connection._cursor_execute``: the hook SQLAlchemy itself uses for its
+statement through ``Connection._cursor_execute`` (:mod:`geneva_drive.sqla_internals`): the hook SQLAlchemy itself uses for its
 special-case executions, so ``before_cursor_execute``/``after_cursor_execute`` listeners still
 see every statement, echo logging still works, and a driver error still becomes the
 ``sqlalchemy.exc`` exception it would have been, invalidating a dead connection in the pool.
@@ -30,6 +30,7 @@ from sqlalchemy.engine.interfaces import Dialect
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.expression import ClauseElement
 
+from geneva_drive import sqla_internals
 from geneva_drive.errors import InvalidInputError
 
 _Processor = Callable[[Any], Any]
@@ -90,7 +91,7 @@ class Compiled:
             connection.begin()  # as Connection.execute() autobegins
         cursor = connection.connection.cursor()
         try:
-            connection._cursor_execute(cursor, form.sql, parameters)
+            sqla_internals.cursor_execute(connection, cursor, form.sql, parameters)
         except BaseException:
             cursor.close()
             raise
@@ -160,18 +161,16 @@ def _compile(statement: ClauseElement, dialect: Dialect) -> _Form:
     )
     defaults = {
         name: value
-        for name, value in compiled.construct_params(_check=False).items()
+        for name, value in sqla_internals.bound_defaults(compiled).items()
         if name not in required
     }
     processors: dict[str, _Processor] = {}
-    for name, processor in compiled._bind_processors.items():
+    for name, processor in sqla_internals.bind_processors(compiled).items():
         if callable(processor):
             processors[name] = processor
         elif processor is not None:  # a sequence: a tuple-valued bind
             raise InvalidInputError(f"geneva_drive.compiled has no tuple-valued binds ({name!r})")
-    results = tuple(
-        entry.type._cached_result_processor(dialect, None) for entry in compiled._result_columns
-    )
+    results = sqla_internals.result_processors(compiled, dialect)
     order = tuple(compiled.positiontup) if compiled.positional and compiled.positiontup else None
     processed = tuple(
         (index, processor) for index, processor in enumerate(results) if processor is not None

@@ -53,6 +53,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import InstanceState, Session
 from sqlalchemy.orm.base import NO_VALUE
 
+from geneva_drive import sqla_internals
 from geneva_drive.at_commit import AtCommit
 from geneva_drive.compiled import Compiled
 from geneva_drive.dialects import Dialect, dialect_for
@@ -248,16 +249,16 @@ def _is_workflow(state: InstanceState[Any]) -> bool:
 def _orm_flush(session: Session, _context: Any, _instances: Any) -> None:
     """The ORM's flush writes workflows the Core paths did not: count what it will change."""
     for obj in session.new:
-        state: InstanceState[Any] = obj._sa_instance_state
+        state: InstanceState[Any] = sqla_internals.state_of(obj)
         if _is_workflow(state):
             record(session, obj.type, None, obj.state or _NEW_STATE)
     for obj in session.deleted:
-        state = obj._sa_instance_state
+        state = sqla_internals.state_of(obj)
         if _is_workflow(state):
             loaded = state.committed_state.get("state", NO_VALUE)
             record(session, obj.type, obj.state if loaded is NO_VALUE else loaded, None)
     for obj in session.dirty:
-        state = obj._sa_instance_state
+        state = sqla_internals.state_of(obj)
         if _is_workflow(state) and "state" in state.committed_state:
             record_row_write(session, state, obj.state)
 

@@ -18,10 +18,9 @@ made to a loaded object is written) holds either way.
 Reading works the same way: :func:`load` turns a Core row (the executor's lock row) into the
 persistent object an ORM query would have returned, at a third of the query's cost.
 
-The bookkeeping calls SQLAlchemy's own loader and flush use (``_commit_all``,
-``_register_persistent``, ``identity_map._add_unpresent``, ``_check_configure``) are private
-API: tests/engine/test_persistence.py pins each contract, so an SQLAlchemy upgrade that changes
-one fails there first.
+The bookkeeping calls SQLAlchemy's own loader and flush use are private API, called through
+:mod:`geneva_drive.sqla_internals` only: tests/engine/test_persistence.py pins each contract, so
+an SQLAlchemy upgrade that changes one fails there first.
 """
 
 from __future__ import annotations
@@ -51,7 +50,7 @@ from sqlalchemy.orm import (
 )
 from sqlalchemy.orm.base import NO_VALUE
 
-from geneva_drive import counts, transitions
+from geneva_drive import counts, sqla_internals, transitions
 from geneva_drive.compiled import Compiled
 from geneva_drive.dialects import Dialect, Sweep, Write, dialect_for
 from geneva_drive.errors import InvalidInputError
@@ -184,9 +183,9 @@ def _written(session: Session, writes: list[tuple[InstanceState[Any], Write]]) -
     for state, row in writes:
         if "v_state" in row.params and row.table.name == counts.WORKFLOWS_TABLE:
             counts.record_row_write(session, state, row.params["v_state"])
-        state._commit_all(state.dict, identity_map)
+        sqla_internals.mark_clean(state, identity_map)
         # As a flush does: a rollback (of a savepoint too) expires what this transaction wrote.
-        session._register_altered([state])
+        sqla_internals.expire_on_rollback(session, [state])
 
 
 def _pending_writes(session: Session) -> tuple[list[tuple[InstanceState[Any], Write]], bool]:
@@ -209,7 +208,7 @@ def _pending_writes(session: Session) -> tuple[list[tuple[InstanceState[Any], Wr
             rest = True
             continue
         if not changed:
-            state._commit_all(state.dict, identity_map)
+            sqla_internals.mark_clean(state, identity_map)
             continue
         if "updated_at" not in changed:
             now = utcnow()
@@ -369,7 +368,7 @@ def insert_new(
     # to refresh itself. It then becomes persistent the way a flush makes an inserted object
     # persistent: registered as new in this transaction, so a rollback expunges it again.
     session.add(obj)
-    session._register_persistent({state})
+    sqla_internals.register_inserted(session, {state})
     if deferred_id is not None:
         assert sweep is not None
         # The object itself, not its state: the identity map holds a clean object weakly.
@@ -404,7 +403,7 @@ def write_deferred(session: Session, *, flushing: bool = False) -> None:
     names = tuple(sorted(row))
     insert = Write(_EXECUTIONS, names, {f"v_{name}": row[name] for name in names})
     # Its values are in the INSERT: the object is clean, so no UPDATE is built for it.
-    state._commit_all(dict_, session.identity_map)
+    sqla_internals.mark_clean(state, session.identity_map, dict_)
     _insert_after_pending(session, insert, sweep, flushing=flushing)
 
 
@@ -511,7 +510,7 @@ def load(session: Session, cls: type[Any], values: dict[str, Any]) -> Any:
     # An ORM query configures the mappers first; a fresh worker process may not have run one
     # yet, and an unconfigured class has no attribute instrumentation (nor do classes defined
     # since the last configuration). A no-op once configured.
-    mapper._check_configure()
+    sqla_internals.configure(mapper)
     if mapper.polymorphic_on is not None:
         mapper = mapper.polymorphic_map[values[mapper.polymorphic_on.name]]
     identity = mapper.identity_key_from_primary_key(
@@ -527,7 +526,7 @@ def load(session: Session, cls: type[Any], values: dict[str, Any]) -> Any:
     state.key = identity
     state.identity_token = identity[2]
     state.session_id = session.hash_key
-    identity_map._add_unpresent(state, identity)
+    sqla_internals.add_to_identity_map(identity_map, state, identity)
     refresh(session, obj, values)  # the columns, then committed: clean, as after a load
     return obj
 
@@ -555,7 +554,7 @@ def refresh(session: Session, obj: Any, values: dict[str, Any]) -> None:
     for key, column in columns.items():
         if column is not None and column.name in values:
             dict_[key] = values[column.name]
-    state._commit_all(dict_, session.identity_map)
+    sqla_internals.mark_clean(state, session.identity_map, dict_)
 
 
 __all__ = [
