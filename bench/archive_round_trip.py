@@ -1,4 +1,4 @@
-"""Issue 26: ``geneva-drive archive`` round trip on a growth database (PostgreSQL).
+"""``geneva-drive archive`` round trip on a growth database (PostgreSQL).
 
 On a database a ``bench.engine_growth --keep`` run left (``--database``), through the CLI an
 operator runs, each step timed:

@@ -3,8 +3,8 @@
 Standard library only at import time: the peers' venv (bench/.venv-peers, without geneva_drive
 or SQLAlchemy) imports it too, as ``python -m bench.peer_dbos`` from the repository root.
 
-Percentile and summary helpers are adapted from reference/perf-scripts/common.py (the
-performance-anchor scripts, 2026-11-29).
+Percentile and summary helpers are adapted from the helpers of the original peer benchmark scripts
+(2026-11-29).
 """
 
 from __future__ import annotations
@@ -225,7 +225,7 @@ def env_info() -> dict[str, Any]:
     return info
 
 
-# --- CPU accounting from /proc (issue 33) ---------------------------------------------------
+# --- CPU accounting from /proc ----------------------------------------------------------------
 # CPU per step is read from the kernel's own counters rather than from wall time: on a shared
 # machine a step's wall time moves with the neighbours' load, its CPU seconds far less.
 
@@ -271,7 +271,7 @@ def tree_cpu(pid: int) -> dict[int, float]:
 
 
 def start_neighbour(core: int | None = None) -> subprocess.Popen[bytes]:
-    """Issue 33's fixed CPU-bound neighbour: one busy Python process (``while True: pass``),
+    """The fixed CPU-bound neighbour: one busy Python process (``while True: pass``),
     pinned with ``taskset`` to one core (the last one by default) when taskset exists. It
     stands for another tenant's busy process on a shared machine; stop it with
     :func:`stop_neighbour` (by its PID)."""
@@ -342,8 +342,9 @@ class PgBackends:
 
 
 #: Set to 1 in a bench process (and so in the workers it starts) to replace the per-(class,
-#: state) counts upsert by a no-op, as before migration 0010: issue 26's "no regression from
-#: the count maintenance" pairs rounds with and without it (bench/probe_ab.py).
+#: state) counts upsert by a no-op, as before migration 0010: the check that the count
+#: maintenance costs B3 and B10 nothing beyond the spread pairs rounds with and without it
+#: (bench/probe_ab.py; bench/NOTES.md, "The scale targets, measured on one code").
 COUNTS_OFF_ENV = "GENEVA_BENCH_COUNTS_OFF"
 
 
@@ -358,7 +359,7 @@ def apply_counts_off() -> bool:
 
 
 #: Set to 1 to have Celery worker processes ask the broker "are others waiting?" at every
-#: yield point, as before issue 33 kept the answer for 50 ms (paired rounds, bench/probe_ab.py).
+#: yield point, as before the answer was kept for 50 ms (paired rounds, bench/probe_ab.py).
 WAITING_UNCACHED_ENV = "GENEVA_BENCH_WAITING_UNCACHED"
 
 
@@ -374,7 +375,7 @@ def apply_waiting_uncached() -> bool:
 
 
 #: Set to 1 to have a process write a step's successor INSERT as a statement of its own after
-#: its predecessor's outcome, as before issue 33 folded the two into one on PostgreSQL (paired
+#: its predecessor's outcome, as before the two were folded into one on PostgreSQL (paired
 #: rounds, bench/probe_ab.py).
 INSERT_UNFOLDED_ENV = "GENEVA_BENCH_INSERT_UNFOLDED"
 
@@ -391,7 +392,8 @@ def apply_insert_unfolded() -> bool:
 
 
 #: A comma-separated list of index names that bench.cost drops after creating its schema: what
-#: maintaining them costs a step (issue 33's lever 5, paired rounds through bench/probe_ab.py).
+#: maintaining them costs a step (lever 5 of bench/NOTES.md's cost-per-step list, paired rounds
+#: through bench/probe_ab.py).
 DROP_INDEXES_ENV = "GENEVA_BENCH_DROP_INDEXES"
 
 

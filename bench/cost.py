@@ -1,5 +1,5 @@
 # ruff: noqa: RUF002  (docstrings use en dashes, as bench/report.py does)
-"""Issue 33: CPU seconds per step of the whole deployment, ours beside DBOS and the raw floor.
+"""CPU seconds per step of the whole deployment, ours beside DBOS and the raw floor.
 
 Throughput on a shared machine moves with the neighbours' load; the CPU a step costs moves far
 less, and it is what decides how a deployment holds up when the machine is busy. Each side runs

@@ -1,4 +1,4 @@
-"""Issue 33, DBOS's side of bench/cost.py: CPU seconds per step of DBOS's whole deployment.
+"""DBOS's side of bench/cost.py: CPU seconds per step of DBOS's whole deployment.
 
 DBOS runs every step in this one process and checkpoints in PostgreSQL, so its deployment is
 this process plus the PostgreSQL backends of its system database (``geneva_cost_dbos``,

@@ -428,7 +428,7 @@ def scenario_delayed(stack: Stack, quick: bool) -> dict[str, Any]:
     create_s = time.time() - t0
     rng = random.Random(8)
     now = utcnow()
-    # A tenth more held by a wait_until job option instead (issue 20): no message at creation,
+    # A tenth more held by a wait_until job option instead: no message at creation,
     # none from the dispatcher while it lies beyond the horizon.
     held_ids = _create_wait_until(n // 10, rng)
     with db.transaction() as session:

@@ -8,7 +8,7 @@ through the Flask test client (server time: routing, queries, templates), as the
 
 * list pages 1, 100 and 10,000 (keyset cursor ``after=<id>``; 50 rows a page), without filter,
   with ``state=paused``, with ``class=…``, and both;
-* the filters a viewer can type (issue 16: none may scan the workflows table): ``step=`` and
+* the filters a viewer can type (none may scan the workflows table): ``step=`` and
   ``error=`` with a value nothing matches (the worst case: an unindexed filter walks every
   row to find no 50), and ``due=overdue`` / ``waiting`` / ``stuck`` (1 %, 5 % and 2 % of
   the ongoing workflows);

@@ -1,4 +1,4 @@
-"""Issue 26: what the dashboard, the gauges, housekeeping and the dispatch claim cost as
+"""What the dashboard, the gauges, housekeeping and the dispatch claim cost as
 history grows behind a live set of fixed size.
 
 Seeds a fresh PostgreSQL database with ``--workflows`` workflows (seven executions and one
@@ -7,7 +7,7 @@ the rows: ``--live`` of them ongoing or paused (a mix of ready, scheduled, overd
 signal, in progress, stuck and paused after a failure), the rest history that ended at
 ``--per-day`` workflows a day (finished, canceled, a failed attempt in every tenth). Then:
 
-- prints ``EXPLAIN (ANALYZE, BUFFERS)`` for each statement issue 26 named (the failures
+- prints ``EXPLAIN (ANALYZE, BUFFERS)`` for each statement that grew with history (the failures
   window, the signal inbox, the Definitions drain count, ``?due=stuck``, housekeeping's cleanup
   candidates with nothing to delete, the dispatch claim deep into the due backlog, the counts);
 - times each dashboard page server-side (Flask's test client, median of ``--repeats``), an
@@ -21,7 +21,7 @@ signal, in progress, stuck and paused after a failure), the rest history that en
 ``--database`` names the database it drops and creates (default ``geneva_growth``) on
 ``--server`` (default the shared test server); ``--reuse`` measures the one a ``--keep`` run
 left. ``--without-0007`` drops migration 0007's indexes after seeding: the plans and times
-before issue 26. Disk: about 3 KB per workflow (10M: about 30 GB). Results are printed as text
+before those indexes. Disk: about 3 KB per workflow (10M: about 30 GB). Results are printed as text
 and, with ``--json``, written.
 """
 
@@ -339,7 +339,7 @@ def seed_mariadb(url: str, workflows: int, live: int, per_day: int) -> float:
 
 
 def statements(session: Any, cls: Any, cutoff: datetime) -> dict[str, tuple[str, Any]]:
-    """The statements issue 26 named, as the code builds them now (compiled with values)."""
+    """The statements that grew with history, as the code builds them now (compiled with values)."""
     from sqlalchemy import func, select
 
     from geneva_drive.dashboard import queries
@@ -381,7 +381,7 @@ def statements(session: Any, cls: Any, cutoff: datetime) -> dict[str, tuple[str,
             now + timedelta(days=1), 500, session, tuple(burst) if burst else None
         ),
     }
-    # Before issue 26, for comparison: cleanup's candidates in id order from id 0, and the
+    # Before migration 0007, for comparison: cleanup's candidates in id order from id 0, and the
     # Definitions count from every execution of ongoing workflows (the engine's gem count).
     found["cleanup_candidates_before_26"] = (
         select(_workflows.c.id, _rows_of_workflow())

@@ -1,4 +1,4 @@
-"""B1 on the server databases (issue 19): the engine's in-process bookkeeping per step on
+"""B1 on the server databases: the engine's in-process bookkeeping per step on
 PostgreSQL and on MariaDB, each beside its raw floor, in one run.
 
 The same measurement as bench/engine_inprocess_sqlite.py (its EngineBench: no-op steps through the

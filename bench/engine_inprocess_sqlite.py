@@ -3,7 +3,7 @@
 The raw floor is the physical minimum for one step on the same database in the same run:
 3 transactions, 5 row writes (insert scheduled + update workflow; claim; complete + update
 workflow), issued as plain SQL through SQLAlchemy Core (the step3 lifecycle of
-reference/perf-scripts/bench_db_writes.py).
+the original peer benchmark scripts).
 
 The engine runs workflows of no-op steps through the real executor, one session per execution
 as a worker does. The transport is an in-process queue: the "run execution N" messages the
@@ -321,7 +321,7 @@ def main() -> int:
         "--counts-off",
         action="store_true",
         help="replace the per-(class, state) counts upsert by a no-op, as before migration "
-        "0010 (issue 26: alternate runs with and without to see what the counts cost)",
+        "0010 (alternate runs with and without to see what the counts cost)",
     )
     args = parser.parse_args()
     if args.counts_off:

@@ -384,7 +384,7 @@ def main() -> int:
     result["exposition_bytes"] = max(sizes)
     result["plans"] = {} if sqlite else plans(engine)
 
-    # bench/report.py (issue 8) renders B9 into bench/RESULTS.md from this file.
+    # bench/report.py renders B9 into bench/RESULTS.md from this file.
     out = ROOT / "bench" / "results"
     out.mkdir(parents=True, exist_ok=True)
     name = "bench_metrics_sqlite.json" if sqlite else "bench_metrics.json"

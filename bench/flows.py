@@ -14,8 +14,8 @@ from datetime import timedelta
 from bench.common import apply_counts_off, apply_insert_unfolded, apply_waiting_uncached
 from geneva_drive import ConcurrencyLimit, Workflow, step
 
-# Paired rounds with a part of the engine stubbed or set back (issue 26's counts upsert, issue
-# 33's remembered broker answer) reach the workers this way: they import this module
+# Paired rounds with a part of the engine stubbed or set back (the counts upsert, the
+# remembered broker answer) reach the workers this way: they import this module
 # (GENEVA_WORKFLOW_MODULES) and inherit the environment.
 apply_counts_off()
 apply_waiting_uncached()
@@ -134,7 +134,7 @@ def _b11_body(workflow: Workflow) -> None:
 
 
 class LimitedFlow(Workflow):
-    """B11: one step, at most 2 at once per key (SPEC §6.2), ~20 ms of work."""
+    """B11: one step, at most 2 at once per key (a concurrency limit), ~20 ms of work."""
 
     may_proceed_without_hero = True
     concurrency_limit = ConcurrencyLimit("b11-tenant", limit=2, key=_b11_key)

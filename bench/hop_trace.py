@@ -9,7 +9,7 @@ published hop:
     → message received by the worker → task started in a pool process → prepare lock
     → prepare work → prepare commit → body start
 
-and for an inline successor (issue 20; no message): body end → finalize lock → finalize work
+and for an inline successor (no message): body end → finalize lock → finalize work
 → finalize commit → the successor's lock → prepare work → prepare commit → body start.
 
 Diagnostic only (each trace point costs a file append, ~0.05 ms): B2/B3 figures come from runs
@@ -78,7 +78,7 @@ SEGMENTS = [
     ("prepare commit → body start", "pcommit1", "body_start"),
 ]
 
-#: An inline successor (issue 20): no message, so no "received" or "prerun" marks; the same
+#: An inline successor: no message, so no "received" or "prerun" marks; the same
 #: worker goes from the finalize commit straight to the successor's claim.
 INLINE_SEGMENTS = [
     ("body end → finalize lock taken", "body_end", "relock1"),

@@ -1,4 +1,4 @@
-"""B11: concurrency limits on a Celery fleet (SPEC §6.2, issue 30).
+"""B11: concurrency limits on a Celery fleet (docs/MANUAL.md, "Concurrency and rate limits").
 
 ``--keys`` tenants x ``--per-key`` workflows of one ~20 ms step, under
 ``ConcurrencyLimit("b11-tenant", limit=2, key=<tenant>)``, all created at once, run by one
@@ -16,7 +16,7 @@ limit. Reported:
     GENEVA_BENCH_REDIS_URL=redis://127.0.0.1:6379/1 GENEVA_BENCH_OUT=/tmp/b11 \\
       .venv/bin/python -m bench.limits_fleet --backend postgres [--keys 50 --per-key 200]
 
-The full issue size (50 x 200) is the default: a burst of 10,000 took 35-48 s at load 2-4 on
+The full size (50 x 200) is the default: a burst of 10,000 took 35-48 s at load 2-4 on
 the 2-core machine, far longer under load; ``--keys``/``--per-key`` scale it. Results go to ``GENEVA_BENCH_OUT``
 (bench/common.write_result).
 """

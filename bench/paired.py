@@ -1,5 +1,5 @@
 # ruff: noqa: RUF001  (the tables use en dashes and multiplication signs, as bench/report.py does)
-"""Issue 20: the targets that need a peer, as paired rounds (ours and the peer alternating).
+"""The targets that need a peer, as paired rounds (ours and the peer alternating).
 
 The machine is shared (2 cores, other engineers' test suites): one run's ratio moves by 30 %
 between minutes. Each round here runs our scenario and its peer back to back, in alternating
@@ -17,7 +17,7 @@ round; a target's verdict is the **median** of the rounds' ratios, shown with it
     .venv/bin/python -m bench.paired --rounds 5 [--quick]
     .venv/bin/python -m bench.paired --render      # re-render the section from bench/results/run/
 
-Issue 33 adds three things:
+Three more things, for the cost per step:
 
 * the **cost** of a step as the first figure: each round also runs ``bench.cost --side ours``,
   ``bench.cost_dbos`` and ``bench.cost --side raw`` (CPU seconds per step of every process of
@@ -64,7 +64,7 @@ from bench.common import (
 )
 
 PEERS_PY = BENCH / ".venv-peers" / "bin" / "python"
-HEADING = "## Paired rounds (issue 20): inline successors against their peers"
+HEADING = "## Paired rounds: inline successors against their peers"
 
 
 #: The suffix of a part's results when it ran beside the neighbour (``--neighbour both``).
@@ -268,10 +268,10 @@ def render(meta: dict[str, Any]) -> str:
     w("Each round runs our scenario and its peer back to back, in alternating order (odd rounds "
       "ours first, even rounds the peer first); a verdict is the median of the rounds' ratios, "
       "with their spread (min–max). Inline successors on is the engine's default; off is "
-      "`GENEVA_INLINE_SUCCESSORS=false` (every successor published, as before issue 20).")  # fmt: skip
+      "`GENEVA_INLINE_SUCCESSORS=false` (every successor published, as before inline successors).")  # fmt: skip
     if neighbour in ("on", "both"):
         w("")
-        w("The neighbour (issue 33) is one busy process, `python -c \"while True: pass\"`, pinned "
+        w("The neighbour is one busy process, `python -c \"while True: pass\"`, pinned "
           "to the last core with `taskset` (bench/common.py `start_neighbour`), started before "
           "and stopped by its PID after "
           + ("every part of every round." if neighbour == "on" else

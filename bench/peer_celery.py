@@ -1,8 +1,8 @@
 """Peer: raw Celery 5 + Redis, no-op tasks (the transport floor of B2/B3 and B5).
 
-Adapted from reference/perf-scripts/bench_celery.py (2026-11-29): one worker ``prefork -c 2``
-on Redis db 14; single task enqueue→start (unloaded), 3-task chains one at a time (unloaded
-chain hop = end of task k → start of task k+1), and a burst of chains (tasks/s).
+Adapted from the Celery script of the original peer benchmark scripts (2026-11-29): one worker
+``prefork -c 2`` on Redis db 14; single task enqueue→start (unloaded), 3-task chains one at a time
+(unloaded chain hop = end of task k → start of task k+1), and a burst of chains (tasks/s).
 
     .venv/bin/python -m bench.peer_celery [--quick]
 """

@@ -1,6 +1,6 @@
-"""The raw Celery peer's app (worker and producer import it). Adapted from
-reference/perf-scripts/celery_app.py (2026-11-29), configured like engine/celery.py (acks_late,
-prefetch 1, no result backend) so the ratio compares transports, not settings.
+"""The raw Celery peer's app (worker and producer import it). Adapted from the Celery app of the
+original peer benchmark scripts (2026-11-29), configured like engine/celery.py (acks_late, prefetch
+1, no result backend) so the ratio compares transports, not settings.
 
 Each no-op task appends ``<tag> <idx> <step> <t_enqueue> <t_start> <t_end>`` to
 ``BENCH_TIMING_DIR/<pid>.log``.

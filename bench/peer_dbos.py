@@ -1,7 +1,7 @@
 """Peer: DBOS Transact (Python), the same workload on the same database, same run (B4).
 
-Adapted from reference/perf-scripts/bench_dbos.py (2026-11-29). Runs under the peers' venv
-(bench/.venv-peers, made by bench/run.py: ``pip install dbos``), not the project's venv.
+Adapted from the DBOS script of the original peer benchmark scripts (2026-11-29). Runs under the
+peers' venv (bench/.venv-peers, made by bench/run.py: ``pip install dbos``), not the project's venv.
 
 Workflows of 0, 3 and 10 no-op steps called sequentially (per-step cost = slope of the
 medians), a DB-backed queue (enqueue→start unloaded, and a burst for steps/s; polling 50 ms

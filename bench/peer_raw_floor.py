@@ -1,6 +1,6 @@
 """Peer: the raw database floor of one step (3 transactions, 5 row writes, SQLAlchemy Core).
 
-The step3 lifecycle of reference/perf-scripts/bench_db_writes.py (2026-11-29): insert the
+The step3 lifecycle of the original peer benchmark scripts (2026-11-29): insert the
 scheduled row + update the workflow; claim; complete + update the workflow. SQLite WAL with
 ``synchronous=NORMAL`` (the engine's pragmas) and PostgreSQL (``synchronous_commit=on``, one
 connection, schema ``geneva_bench_raw`` dropped afterwards); plus 4 PostgreSQL writers; plus the

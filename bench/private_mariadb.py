@@ -1,4 +1,4 @@
-"""A private MariaDB server for the growth run at 1M (issue 26): own data directory and port,
+"""A private MariaDB server for the growth run at 1M: own data directory and port,
 listening on 127.0.0.1, stopped by its own PID; the shared server on 3306 is left alone.
 
 The shared server has a 128 MB buffer pool with ``O_DIRECT`` (no OS page cache under it): a

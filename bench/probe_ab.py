@@ -1,20 +1,20 @@
 """Paired A/B rounds of one bench command under two environments.
 
 A change's effect on a shared 2-core machine is only readable from rounds that alternate the
-two variants minutes apart (DEVELOPERS: a verdict is the median of paired rounds with its
+two variants minutes apart (a verdict is the median of paired rounds, with its
 spread). This runs ``--cmd`` once per variant per round, A first in odd rounds and B first in
 even ones, each writing its JSON to the ``{json}`` placeholder, and reports for every
 ``--key`` (a dotted path into that JSON) each variant's median and spread and the median of
 the per-round ratios B ÷ A.
 
-Issue 26 (what the per-(class, state) counts cost the hot path)::
+What the per-(class, state) counts cost the hot path::
 
     .venv/bin/python -m bench.probe_ab --rounds 6 --label counts-b3 \\
         --b-env GENEVA_BENCH_COUNTS_OFF=1 --a-name counts --b-name "no counts" \\
         --cmd ".venv/bin/python -m bench.cost --side ours --n 100 --json {json}" \\
         --key cpu_ms_per_step.total --key steps_per_s --json /tmp/ab.json
 
-Issue 33 (a setting's effect on B3's CPU per step)::
+A setting's effect on B3's CPU per step::
 
     .venv/bin/python -m bench.probe_ab --rounds 6 --label yield \\
         --a-env GENEVA_INLINE_SUCCESSOR_YIELD_AFTER=3 --b-env GENEVA_INLINE_SUCCESSOR_YIELD_AFTER=10 \\

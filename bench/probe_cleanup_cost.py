@@ -1,4 +1,4 @@
-"""Issue 17: does the hot path pay for the cleanup? B1 and B3 of two checkouts, paired rounds.
+"""Does the hot path pay for the layering cleanup? B1 and B3 of two checkouts, paired rounds.
 
 The cleanup (one state writer, import-linter layers, validators once, enums) was meant to cost
 the hot path nothing. This measures it: the same B1 (in process, SQLite) and B3 (``hops``:
@@ -14,8 +14,8 @@ median of the rounds' ratios, shown with its spread.
 A variant is ``label=checkout[:ENV=value,...]`` (``GENEVA_INLINE_SUCCESSORS=false`` also
 passes ``--inline off`` to engine_celery.py, which sets the worker's setting from that flag); its checkout needs ``scripts/bootstrap`` run
 (``.venv``). B1 is ``engine_inprocess_sqlite --workflows 300 --repeats 1`` (``b1_engine_sqlite.py``
-before issue 17's renames) and B3 ``engine_celery --backend postgres --scenarios hops``, both as
-that checkout has them (their output keys have not changed since issue 8). Prints a JSON summary; ``--json`` writes it.
+before the cleanup's renames) and B3 ``engine_celery --backend postgres --scenarios hops``, both as
+that checkout has them (their output keys have not changed since the first benchmark run). Prints a JSON summary; ``--json`` writes it.
 Self-contained on purpose (standard library only): it runs the scripts of other checkouts.
 """
 
@@ -49,7 +49,7 @@ def parse_variant(text: str) -> tuple[str, Path, dict[str, str]]:
 
 def script(checkout: Path, old: str, new: str) -> list[str]:
     """How that checkout runs a bench script: ``-m bench.<new>`` once bench/ is a package
-    (issue 17's names), else the file under its name of the time."""
+    (the cleanup's names), else the file under its name of the time."""
     if (checkout / "bench" / "__init__.py").exists():
         return ["-m", f"bench.{new}"]
     return [f"bench/{old}.py"]

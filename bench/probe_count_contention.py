@@ -1,4 +1,4 @@
-"""Issue 26: what keeping the per-(class, state) counts costs concurrent workers on PostgreSQL.
+"""What keeping the per-(class, state) counts costs concurrent workers on PostgreSQL.
 
 ``--threads`` threads each create workflows of one class and run their ``--steps`` no-op steps
 in-process (the executor, one transaction per phase, as a worker does), all moving workflows

@@ -1,5 +1,5 @@
 """The dashboard's list page against its budget: < 100 ms server time at 1,000,000 workflows on
-PostgreSQL (issue 6). Not a test: machines differ; run it by hand and read the verdict.
+PostgreSQL. Not a test: machines differ; run it by hand and read the verdict.
 
 Uses the 1M-workflow / 3M-execution PostgreSQL schema ``bench_metrics`` that
 ``bench/engine_metrics.py`` seeds (kept between runs; ``--reseed`` rebuilds it). Each case is

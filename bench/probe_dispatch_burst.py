@@ -1,11 +1,11 @@
-"""Issue 26: the dispatch claim deep into a burst of executions due at one instant.
+"""The dispatch claim deep into a burst of executions due at one instant.
 
 Seeds ``--burst`` ready workflows, each with one scheduled execution, all due at the same
-``scheduled_for``, marks the first ``--sent`` of them (in claim order) as sent by this sweep,
-and prints ``EXPLAIN (ANALYZE, BUFFERS)`` of the next 500-row claim three ways: as before issue
-26 (no keyset, the ``(state, scheduled_for)`` index: every batch sorts the backlog and passes the
-sent rows again), with the new partial ``(scheduled_for, id)`` index but no keyset, and as
-now (index and keyset: the claim starts where the last batch stopped).
+``scheduled_for``, marks the first ``--sent`` of them (in claim order) as sent by this sweep, and
+prints ``EXPLAIN (ANALYZE, BUFFERS)`` of the next 500-row claim three ways: as before the keyset
+claim (no keyset, the ``(state, scheduled_for)`` index: every batch sorts the backlog and passes the
+sent rows again), with the new partial ``(scheduled_for, id)`` index but no keyset, and as now
+(index and keyset: the claim starts where the last batch stopped).
 
     .venv/bin/python -m bench.probe_dispatch_burst --burst 100000 --sent 50000
 
@@ -86,7 +86,7 @@ def main() -> None:
             ).one()
         keyset = "AND (e.scheduled_for, e.id) > (:at, :id)"
         variants = [
-            ("before issue 26 (no keyset, (state, scheduled_for) index)", "", True),
+            ("before: no keyset, (state, scheduled_for) index", "", True),
             ("partial (scheduled_for, id) index, no keyset", "", False),
             ("now: partial index and keyset", keyset, False),
         ]

@@ -1,9 +1,9 @@
-"""Issue 26: a whole dispatch sweep over a burst of due executions, timed at several sizes.
+"""A whole dispatch sweep over a burst of due executions, timed at several sizes.
 
 ``bench/probe_dispatch_burst.py`` shows the plan of one claim deep in a burst; this one runs
 what the dispatcher runs, ``geneva_drive.dispatch.dispatch_due()``, over ``--sizes`` ready
 workflows with one scheduled execution each, due at **one instant** (the case that was
-quadratic: 83.5 s for 100,000 before issue 26) and at **distinct** instants, each on a fresh
+quadratic: 83.5 s for 100,000 before the keyset claim) and at **distinct** instants, each on a fresh
 PostgreSQL database, and prints the sweep's time and its time per execution. Linear in the
 burst means the time per execution stays flat as the burst grows. The messages go to a
 recording transport (the sweep's cost is the database's; the broker is not the point here).

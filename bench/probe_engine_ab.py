@@ -1,4 +1,4 @@
-"""Issue 33: two versions of the engine's code, their CPU per step interleaved in short chunks.
+"""Two versions of the engine's code, their CPU per step interleaved in short chunks.
 
 ``probe_engine_interleaved`` compares settings inside one process; a change to the code itself
 needs two processes, one per version. Here two children run the executor as a Celery worker

@@ -1,4 +1,4 @@
-"""Issue 33: the engine's own CPU per step on PostgreSQL, variants interleaved in short chunks.
+"""The engine's own CPU per step on PostgreSQL, variants interleaved in short chunks.
 
 This machine's speed swings by tens of percent between minutes (bench/NOTES.md), more than the
 few percent one change to the hot path moves. Here one process runs the engine's executor as a
@@ -11,7 +11,7 @@ dispatcher (bench/cost.py measures the whole deployment).
 
 Variants (``--variants``, a comma list):
 
-* ``unfolded`` - the successor's INSERT as a statement of its own (before issue 33's fold);
+* ``unfolded`` - the successor's INSERT as a statement of its own (before the fold);
 * ``default`` - as shipped;
 * ``start`` - ``settings.inline_successor_start_with_outcome`` on.
 

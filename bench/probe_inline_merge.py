@@ -1,4 +1,4 @@
-"""Issue 20: two ways to hand a finished step's successor to the same worker, measured.
+"""Two ways to hand a finished step's successor to the same worker, measured.
 
 * **commit first, then claim** (what the engine does, engine/inline.py): finalize of step N
   commits (synchronously) with N+1 scheduled and unsent; N+1 is then claimed in its own

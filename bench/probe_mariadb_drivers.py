@@ -1,4 +1,4 @@
-"""Issue 19: which Python driver for MariaDB/MySQL. Measures one engine-shaped transaction
+"""Which Python driver for MariaDB/MySQL. Measures one engine-shaped transaction
 (a locking read of a joined row, two UPDATEs, an INSERT, COMMIT) through SQLAlchemy on each
 driver that is installed, against MariaDB at GENEVA_BENCH_MARIADB_URL's server.
 

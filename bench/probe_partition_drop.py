@@ -1,4 +1,4 @@
-"""Issue 26: what dropping a month's partition of executions saves against deleting its rows.
+"""What dropping a month's partition of executions saves against deleting its rows.
 
 On PostgreSQL, three sides in paired rounds, each on a database of its own made by
 ``geneva-drive migrate`` (the partitioned ones then converted with the SQL of

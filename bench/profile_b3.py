@@ -1,4 +1,4 @@
-"""Issue 33: where a B3 step's CPU goes in our deployment, by sampling profiler and by counts.
+"""Where a B3 step's CPU goes in our deployment, by sampling profiler and by counts.
 
 The deployment of bench/cost.py (Celery worker ``prefork -c 2`` with inline successors, the
 dispatcher, a private redis-server, PostgreSQL in its own database) runs ``--n`` ten-step

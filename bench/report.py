@@ -109,7 +109,7 @@ def _intro(r: Run) -> list[str]:
     env = r.meta.get("env", {})
     lines: list[str] = []
     w = lines.append
-    w("# Benchmark results (issue 8)")
+    w("# Benchmark results")
     w("")
     w(f"Command: `{r.meta.get('command', '?')}` — started {r.meta.get('started', '?')}, finished "
       f"{r.meta.get('finished', '?')}; {'quick' if r.meta.get('quick') else 'full'} mode."
@@ -132,8 +132,8 @@ def _intro(r: Run) -> list[str]:
     w("**Read the ratios first.** Every peer ran in the same run, minutes apart from our scenario, "
       "on the same database and broker. The machine is shared with other engineers' test suites "
       f"(1-minute load average {load_range} on 2 cores during this run's scenarios), so absolute "
-      "latencies can be several times the unloaded figures of `reference/performance-anchors.md` "
-      "(raw SQLite step 0.21 ms, Celery hop 1.6 ms, PostgreSQL step 1.95 ms there).")  # fmt: skip
+      "latencies can be several times the unloaded reference figures the scenarios were defined with "
+      "(raw SQLite step 0.21 ms, Celery hop 1.6 ms, PostgreSQL step 1.95 ms).")  # fmt: skip
     w("")
     return lines
 
@@ -255,7 +255,7 @@ def _b2_b3(r: Run) -> list[str]:
     w("")
     fresh_on = g(r.epg, "fresh.create_to_first_step.p99_ms")
     fresh_off = g(r.epg_off, "fresh.create_to_first_step.p99_ms")
-    w("Targets (this run alone; the verdicts of issue 20's targets are the paired rounds' medians, "
+    w("Targets (this run alone; the verdicts of the inline-successor targets are the paired rounds' medians, "
       "in their own section):")  # fmt: skip
     w("")
     w("| target | measured | verdict |")
@@ -393,7 +393,7 @@ def _b6(r: Run) -> list[str]:
         )
         if d6.get("wait_until_steps"):
             w(
-                f"| of them held by a `wait_until` job option (issue 20) | {d6.get('wait_until_steps')}: sent while parked {d6.get('wait_until_sent_while_parked')}, Redis unacked while parked {d6.get('redis_unacked_while_parked')}; {d6.get('wait_until_brought_due')} of them among those brought due |"
+                f"| of them held by a `wait_until` job option | {d6.get('wait_until_steps')}: sent while parked {d6.get('wait_until_sent_while_parked')}, Redis unacked while parked {d6.get('redis_unacked_while_parked')}; {d6.get('wait_until_brought_due')} of them among those brought due |"
             )
         w(
             f"| worker RSS after the run (main / children) | {f(g(d6, 'worker_rss_kb_after_run.main_kb'))} / {f(g(d6, 'worker_rss_kb_after_run.children_kb'))} KB |"
@@ -405,8 +405,8 @@ def _b6(r: Run) -> list[str]:
         w(f"Targets: RSS flat < 5 MB {verdict(le(growth, 5120) if growth is not None else None)}; zero duplicates "
           f"{verdict(d6.get('duplicates') == 0)}; dispatch lag p99 ≤ period + 50 ms "
           f"{verdict(le(lag99, period_ms + 50))}. Peer: Celery ETA holds ≈ 9 KB per scheduled task in worker "
-          f"RAM and re-runs it when the countdown outlives Redis' visibility timeout (reference/performance-anchors.md, "
-          f"measured there on Celery 5.7.0); the engine keeps the schedule in the table, so nothing scales with the backlog.")  # fmt: skip
+          f"RAM and re-runs it when the countdown outlives Redis' visibility timeout (measured on "
+          f"Celery 5.7.0 when the scenarios were defined); the engine keeps the schedule in the table, so nothing scales with the backlog.")  # fmt: skip
     else:
         w(f"Not measured: {d6.get('error') or status(r.meta, 'b6')}.")
     w("")
@@ -559,7 +559,7 @@ def render() -> str:
     run = Run.load()
     kept = kept_sections()
     paired = [section for section in kept if section.startswith(PAIRED_HEADING)]
-    # Issue 33: the cost per step is the first figure (bench/report_cost.py, from cost.json);
+    # The cost per step is the first figure (bench/report_cost.py, from cost.json);
     # bench/paired.py splices its section right after it (paired.splice): it stays there.
     parts = [_intro(run), report_cost.section(), *([f"## {section}", ""] for section in paired)]
     parts += [section(run) for section in SECTIONS]
@@ -580,7 +580,7 @@ def tidy(text: str) -> str:
 
 
 #: bench/paired.py's section (its HEADING), which stays where paired.py put it: after the intro.
-PAIRED_HEADING = "Paired rounds (issue 20)"
+PAIRED_HEADING = "Paired rounds"
 
 OWN_HEADINGS = (
     report_cost.HEADING,

@@ -1,5 +1,5 @@
 # ruff: noqa: RUF001  (the tables use en dashes and multiplication signs, as bench/report.py does)
-"""bench/RESULTS.md's first section: CPU per step of the whole deployment (issue 33), rendered
+"""bench/RESULTS.md's first section: CPU per step of the whole deployment, rendered
 from the committed JSON of ``python -m bench.cost`` (bench/results/run/cost.json, and
 cost_neighbour.json for the rounds beside a busy neighbour)."""
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from bench.common import g, read_result
 
-HEADING = "Cost per step (issue 33): CPU seconds of the whole deployment"
+HEADING = "Cost per step: CPU seconds of the whole deployment"
 
 
 def _f(v: Any, digits: int = 2) -> str:

@@ -1,5 +1,5 @@
 # ruff: noqa: RUF001  (the tables use en dashes, as bench/report.py's do)
-"""Issue 19: render the MariaDB section of bench/RESULTS.md from this run's JSON results.
+"""Render the MariaDB section of bench/RESULTS.md from this run's JSON results.
 
     .venv/bin/python -m bench.report_mariadb            # run B1 and B3 on PostgreSQL and MariaDB, render
     .venv/bin/python -m bench.report_mariadb --render   # only re-render from bench/results/run/*.json
@@ -11,7 +11,7 @@ B3: bench/engine_celery.py --backend postgres|mariadb --scenarios hops, run back
 has no MariaDB backend), so that all three are measured in the same run.
 
 The section "## MariaDB — …" is this script's own: it is replaced in place (or appended), and
-bench/report.py (the issue-8 renderer) carries it over as a section it does not own.
+bench/report.py (the full run's renderer) carries it over as a section it does not own.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 from bench.common import BENCH, PY, ROOT, child_env, read_result
 
-HEADING = "## MariaDB — B1 and B3 beside PostgreSQL (issue 19)"
+HEADING = "## MariaDB — B1 and B3 beside PostgreSQL"
 RESULTS = BENCH / "RESULTS.md"
 
 
@@ -94,7 +94,7 @@ def render() -> str:
         f"at the start of B3 on PostgreSQL {load(g(pg, 'env.loadavg'))}, on MariaDB "
         f"{load(g(mdb, 'env.loadavg'))}, DBOS {load(g(dbos, 'env.loadavg'))}. On a 2-core machine "
         "that is several processes queueing for each core: the absolute figures are several "
-        "times the unloaded ones (issue 8's run above had PostgreSQL's B3 hop at 4.4 ms), so "
+        "times the unloaded ones (the first full run had PostgreSQL's B3 hop at 4.4 ms), so "
         "compare the rows of this section with each other, measured minutes apart."
     )
     w("")

@@ -1,4 +1,4 @@
-"""Issue 8: every benchmark scenario for our engine and its peers in one run -> bench/RESULTS.md.
+"""Every benchmark scenario for our engine and its peers in one run -> bench/RESULTS.md.
 
     .venv/bin/python -m bench.run            # full run (~10 min quiet, ~45 min on a loaded 2-core machine)
     .venv/bin/python -m bench.run --quick    # small N everywhere (a smoke run, not a verdict)
@@ -75,7 +75,7 @@ def steps(quick: bool) -> list[tuple[str, list[str], int]]:
                      "--n", "100" if quick else "150"], 900),
         ("engine-pg", [*py, "-m", "bench.engine_celery", "--backend", "postgres",
                        "--scenarios", "hops,signals,chains,fresh", *q], 1800),
-        # B3 again with every successor published (issue 20: inline successors off).
+        # B3 again with every successor published (inline successors off).
         ("engine-pg-noinline", [*py, "-m", "bench.engine_celery", "--backend", "postgres",
                                 "--scenarios", "hops,chains,fresh", "--inline", "off",
                                 "--name", "engine_celery_postgres_noinline", *q], 1800),

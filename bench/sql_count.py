@@ -1,4 +1,4 @@
-"""Statements and transactions per step, counted inside the worker (issue 33's profile).
+"""Statements and transactions per step, counted inside the worker.
 
 Imported by bench/flows.py in worker processes when ``GENEVA_BENCH_SQL_COUNT`` names a
 directory: SQLAlchemy's ``before_cursor_execute`` (which the engine's compiled hot statements
