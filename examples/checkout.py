@@ -1,5 +1,6 @@
 """Checkout: reserve the stock, then wait for the payment at most ``PAYMENT_WINDOW``; an
-abandoned checkout (no ``payment_confirmed`` in time) is canceled by its time-out (SPEC §6.1).
+abandoned checkout (no ``payment_confirmed`` in time) is canceled by its time-out (docs/MANUAL.md,
+"Time-bounded waits").
 
 The window is short on purpose: in the demo, a checkout started now times out while you watch
 its why-line count down ("… — times out in 1 min 10 s (then cancel)") and its row move up the

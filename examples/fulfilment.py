@@ -1,5 +1,5 @@
 """Fulfilment: ship each line of an order as a child workflow, invoice once all have ended
-(SPEC §6.3, fan-out and join).
+(docs/MANUAL.md, "Fan-out and join: child workflows").
 
 ``FulfilmentWorkflow.ship`` starts one ``ShipLineWorkflow`` per line of the order; ``invoice``
 waits for all of them (``wait_for_children=True``) and pauses the order if a line was canceled.

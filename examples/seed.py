@@ -196,7 +196,7 @@ def _children_of(workflow_id: int) -> list[int]:
 
 
 def _seed_fulfilments(rng: random.Random, scale: float) -> int:
-    """Orders fanned out to child workflows (SPEC §6.3): one fully shipped and invoiced, and
+    """Orders fanned out to child workflows: one fully shipped and invoiced, and
     one whose lines are part-way (3 of 5 finished, 1 paused, 1 running) so its invoice waits."""
     count = 0
     for i in range(max(2, round(4 * scale))):

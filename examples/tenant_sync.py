@@ -1,7 +1,7 @@
-"""Tenant sync, the limited one (SPEC §6.2): each customer's data is pulled from its tenant's
-system and pushed to a partner API. At most two syncs of one tenant run at once (a backlog of
-one tenant never starves the others), and the partner API takes at most five calls a second
-across the fleet, whichever worker makes them."""
+"""Tenant sync, the limited one (docs/MANUAL.md, "Concurrency and rate limits"): each customer's
+data is pulled from its tenant's system and pushed to a partner API. At most two syncs of one tenant
+run at once (a backlog of one tenant never starves the others), and the partner API takes at most
+five calls a second across the fleet, whichever worker makes them."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The pre-deploy check, as the shop's CI runs it (SPEC §6.4): an order is parked on
+"""The pre-deploy check, as the shop's CI runs it (docs/MANUAL.md of GenevaDrive,
+"Check before each deploy: `geneva-drive check-deploy`"): an order is parked on
 ``capture_payment`` under the current code; a release that renames the step without leaving
 its old name behind fails ``geneva-drive check-deploy`` (exit 1, naming the fix); the same
 release with ``capture_payment = renamed_step(to=...)`` passes (exit 0).
