@@ -277,7 +277,7 @@ def scheme_page(request, browser) -> Iterator[Any]:  # type: ignore[no-untyped-d
 
 @pytest.fixture
 def phone_page(browser) -> Iterator[Any]:  # type: ignore[no-untyped-def]
-    """A 390 px wide phone screen (the size the issue was reported at)."""
+    """A 390 px wide phone screen (the size the layout problems were reported at)."""
     yield from open_page(browser, 390, 844)
 
 

@@ -262,8 +262,9 @@ def test_check_deploy_exit_codes_for_ci(check_deploy, geneva_session):
 def test_workflows_show_explains_a_workflow_parked_on_a_renamed_step(
     geneva_database, geneva_session, tmp_path
 ):
-    """The issue's first symptom: ``geneva-drive workflows show`` said "waiting for signal
-    `None`". With the new code loaded, it says the workflow is stranded and why."""
+    """The first symptom of a step deleted under parked executions: ``geneva-drive workflows show``
+    said "waiting for signal `None`". With the new code loaded, it says the workflow is stranded and
+    why."""
     namespace: dict[str, object] = {}
     exec(compile(OLD_MODULE, "old_code", "exec"), namespace)
     wf = namespace["CliCheckout"].create(hero=make_order(geneva_session))

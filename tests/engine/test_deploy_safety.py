@@ -75,7 +75,7 @@ def _clear_ran():
     RAN.clear()
 
 
-# --- the issue, reproduced: a rename without renamed_step ------------------------------------
+# --- the problem, reproduced: a rename without renamed_step ----------------------------------
 
 
 def test_rename_of_a_parked_step_strands_it_visibly_and_resume_at_delivers_the_buffered_signal(

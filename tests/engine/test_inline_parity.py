@@ -2,9 +2,9 @@
 
 Each test runs the same workflow with inline successors on (a worker's budget) and off (no
 budget: every successor is published, as with ``GENEVA_INLINE_SUCCESSORS=false``) and compares
-what each difference the issue found looks like: the successor's own ``priority`` job option,
-its row's ``job_id``, who its exception is attributed to, and a dispatcher sweep in the gap
-between the predecessor's commit and the successor's claim.
+what each difference once found between the two looks like: the successor's own ``priority`` job
+option, its row's ``job_id``, who its exception is attributed to, and a dispatcher sweep in the
+gap between the predecessor's commit and the successor's claim.
 """
 
 from __future__ import annotations
