@@ -53,7 +53,7 @@ def create_app(
     """
     from flask import Flask
 
-    from geneva_drive.dashboard import blueprint, config, errors, metrics, security
+    from geneva_drive.dashboard import api, blueprint, config, errors, metrics, security
     from geneva_drive.dashboard.extension import adopt_engine
     from geneva_drive.dashboard.extensions import htmx, migrate, own_db
     from geneva_drive.dashboard.state import KEY, DashboardState
@@ -88,4 +88,6 @@ def create_app(
     metrics.init_app(app)
     # /healthz is the Blueprint's (app/dashboard/views.py): a host serves it under its prefix.
     app.register_blueprint(blueprint.bp)
+    # The HTTP API beside it, never inside it: no session cookie, no CSRF (app/api).
+    api.init_app(app)
     return app

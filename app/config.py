@@ -140,6 +140,11 @@ DEFAULTS: dict[str, Any] = {
     #: Where ``GenevaDrive(app, db=db)`` mounts the dashboard in a host app (``url_prefix=``
     #: wins). The standalone app serves it at the root.
     "URL_PREFIX": "/geneva",
+    #: The HTTP API's bearer tokens: ``name:sha256-hex-of-token:scopes;…`` (docs/MANUAL.md,
+    #: "Automating operations"). Unset: every API request is refused with a 401.
+    "API_TOKENS": None,
+    #: Requests one API token may make per minute (429 with Retry-After beyond).
+    "API_REQUESTS_PER_MINUTE": 600,
 }
 
 #: Keys that belong to Flask (and its extensions), not to the dashboard: a host app keeps its

@@ -30,7 +30,8 @@ from geneva_drive import celery as geneva_celery
 from geneva_drive import db as engine_db
 from geneva_drive import transport
 from geneva_drive.bootstrap import import_workflow_modules, workflow_module_names
-from geneva_drive.dashboard import blueprint, config, metrics, security
+from geneva_drive.dashboard import api, blueprint, config, metrics, security
+from geneva_drive.dashboard.api.tokens import ApiAuth
 from geneva_drive.dashboard.auth import DashboardUser, resolve_callable
 from geneva_drive.dashboard.state import KEY, DashboardState
 from geneva_drive.dialects import dialect_for
@@ -179,8 +180,10 @@ class GenevaDrive:
         role_for: RoleFor | None = None,
         celery: Celery | None = None,
         actor_name: ActorName | None = None,
+        api_auth: ApiAuth | None = None,
     ) -> None:
         self.db = db
+        self.api_auth = api_auth
         self.url_prefix = url_prefix
         self.user_loader = user_loader
         self.role_for = role_for
@@ -199,6 +202,7 @@ class GenevaDrive:
         role_for: RoleFor | None = None,
         celery: Celery | None = None,
         actor_name: ActorName | None = None,
+        api_auth: ApiAuth | None = None,
     ) -> None:
         db = db or self.db
         if db is None:
@@ -240,6 +244,9 @@ class GenevaDrive:
         _warn_without_autogenerate_filter(app)
         metrics.init_app(app)
         app.register_blueprint(blueprint.bp, url_prefix=prefix)
+        # The HTTP API at <prefix>/api/v1, its own Blueprint: bearer tokens from
+        # GENEVA_API_TOKENS, or the host's own check (api_auth), never the host's session.
+        api.init_app(app, prefix, api_auth or self.api_auth)
         target = celery or self.celery
         if target is not None:
             geneva_celery.register(target)

@@ -21,6 +21,7 @@
     ├── SignalPayloadTooLargeError   a signal payload over settings.max_signal_payload_size
     ├── ReservedSignalNameError      a signal name under ``geneva_drive.`` (also a ValueError)
     ├── WorkflowNotOngoingError      signal() on a finished or canceled workflow
+    ├── NoOngoingWorkflowError       signal_hero() for a hero with no ongoing workflow of the class
     └── DuplicateWorkflowError       a second ongoing workflow of one class for one hero
 
 Flow-control interrupts are *not* errors; they live in :mod:`geneva_drive.flow_control`. A
@@ -130,6 +131,11 @@ class WorkflowNotOngoingError(EngineError):
 
 class DuplicateWorkflowError(EngineError):
     pass
+
+
+class NoOngoingWorkflowError(EngineError, LookupError):
+    """``signal_hero()`` found no ongoing workflow of the class for that hero (a webhook for an
+    order whose workflow ended, or never started). Also a ``LookupError``."""
 
 
 # The gem's names (docs/MANUAL.md, "Quick reference"): the same classes, so code written against either keeps working.

@@ -35,7 +35,15 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from geneva_drive import children, instrumentation, operations, schedules, scheduling, states
+from geneva_drive import (
+    children,
+    instrumentation,
+    operations,
+    registry,
+    schedules,
+    scheduling,
+    states,
+)
 from geneva_drive.errors import (
     CursorTooLargeError,
     DuplicateWorkflowError,
@@ -43,12 +51,13 @@ from geneva_drive.errors import (
     InvalidInputError,
     InvalidStateError,
     InvalidStateTransition,
+    NoOngoingWorkflowError,
     SignalPayloadTooLargeError,
     StepNotDefinedError,
     WorkflowNotOngoing,
 )
 from geneva_drive.logsafe import escape
-from geneva_drive.models import OperatorAction, StepExecution, utcnow
+from geneva_drive.models import OperatorAction, Signal, StepExecution, utcnow
 from geneva_drive.serialization import compact_size, to_json_value
 from geneva_drive.signal_matcher import matcher_name
 from geneva_drive.states import Operation, SignalState, StepState, WorkflowState
@@ -81,6 +90,15 @@ def status_for(error: Exception) -> int:
 
 
 @dataclass(frozen=True)
+class Done:
+    """What an action did: its message, and data for callers that answer in JSON (the HTTP
+    API: a signal's id, state and whether it was a duplicate delivery)."""
+
+    message: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ActionResult:
     ok: bool
     #: 200 done, 400 malformed input, 404 gone, 409 refused by the engine (the dashboard
@@ -89,6 +107,8 @@ class ActionResult:
     message: str
     #: The workflow did not exist.
     gone: bool = False
+    #: What the action returned besides its message (:class:`Done`); empty when refused.
+    data: dict[str, Any] = field(default_factory=dict)
 
     @property
     def outcome(self) -> str:
@@ -149,7 +169,7 @@ def _resume_at(wf: Workflow, params: dict[str, Any]) -> str:
     return f"Resumed at `{step}`."
 
 
-def _signal(wf: Workflow, params: dict[str, Any]) -> str:
+def _deliver(wf: Workflow, params: dict[str, Any]) -> tuple[Signal, str]:
     name = str(params.get("name") or "").strip()
     if not name:
         raise InvalidInputError("A signal needs a Name.")
@@ -168,7 +188,10 @@ def _signal(wf: Workflow, params: dict[str, Any]) -> str:
             )
     signal = wf.signal(name, params.get("payload"), idempotency_key=params.get("idempotency_key"))
     if signal.duplicate_delivery:
-        return f"Signal `{name}` was already delivered with this idempotency key; nothing changed."
+        return (
+            signal,
+            f"Signal `{name}` was already delivered with this idempotency key; nothing changed.",
+        )
     if waiting_only and wf.state == WorkflowState.READY and signal.state == SignalState.PENDING:
         # Its step waits for this name narrowed by the payload, and this payload does not
         # match: buffering it is not what "deliver to the waiters" asked for. Refused, and the
@@ -185,12 +208,24 @@ def _signal(wf: Workflow, params: dict[str, Any]) -> str:
         parked = waiting_steps(session, [wf.id]).get(wf.id, [])
         reason = waiting_refusal(wf, name, parked, detail=True) if parked else ""
         if reason:
-            return (
+            return signal, (
                 f"Signal `{name}` stored (pending), but nothing waits for it: workflow "
                 f"#{wf.id} is {reason}. It stays pending until a step that waits for `{name}` "
                 "is reached."
             )
-    return f"Signal `{name}` delivered ({signal.state})."
+    return signal, f"Signal `{name}` delivered ({signal.state})."
+
+
+def _signal(wf: Workflow, params: dict[str, Any]) -> Done:
+    signal, message = _deliver(wf, params)
+    return Done(
+        message,
+        {
+            "signal_id": signal.id,
+            "signal_state": str(signal.state),
+            "duplicate_delivery": bool(signal.duplicate_delivery),
+        },
+    )
 
 
 #: A ``signal`` parameter: deliver only to a workflow parked waiting for that signal (the
@@ -247,7 +282,7 @@ def waiting_refusal(
     return f"waiting for {', '.join(f'`{a}`' for a in awaited)}, not `{name}`"
 
 
-ACTIONS: dict[str, Callable[[Workflow, dict[str, Any]], str]] = {
+ACTIONS: dict[str, Callable[[Workflow, dict[str, Any]], str | Done]] = {
     Operation.PAUSE: _pause,
     Operation.RESUME: _resume,
     Operation.SKIP: _skip,
@@ -349,7 +384,8 @@ def perform(
         if prepare is not None:
             params.update(prepare())
             audit_params.update(params)
-        message = ACTIONS[action](workflow, params)
+        done = ACTIONS[action](workflow, params)
+        message, data = (done.message, done.data) if isinstance(done, Done) else (done, {})
         session.flush()
         to_state = workflow.state
         record(
@@ -391,7 +427,52 @@ def perform(
     log.info(
         "Operator %s: %s on workflow %s: %s", escape(actor), action, workflow_id, escape(message)
     )
-    return ActionResult(True, 200, message)
+    return ActionResult(True, 200, message, data=data)
+
+
+def perform_hero_signal(
+    session: Session,
+    actor: str,
+    workflow_class: str,
+    hero_type: str,
+    hero_id: str,
+    params: dict[str, Any],
+) -> ActionResult:
+    """Deliver a signal to the ongoing workflow of ``workflow_class`` for the hero
+    ``hero_type``/``hero_id`` (a webhook's shape), as :func:`perform` would to that workflow.
+
+    A class this process does not know is bad input (400); no ongoing workflow for that hero
+    is a 404 and several (``allow_multiple``) a 409, each recorded as a refused ``signal``
+    with the class and hero in its parameters, as every refusal is.
+    """
+    target = {"workflow": workflow_class, "hero_type": hero_type, "hero_id": hero_id}
+    cls = registry.workflow_class(workflow_class)
+    try:
+        if cls is None:
+            known = ", ".join(sorted(registry.registered_workflows())) or "(none)"
+            raise InvalidInputError(
+                f"workflow {workflow_class!r} is not a workflow class of this application; "
+                f"known: {known}"
+            )
+        workflow = cls.ongoing_for_hero(session, (hero_type, hero_id))
+    except (InvalidInputError, InvalidStateError, NoOngoingWorkflowError) as exc:
+        session.rollback()
+        status = 404 if isinstance(exc, NoOngoingWorkflowError) else status_for(exc)
+        record(
+            session,
+            actor,
+            Operation.SIGNAL,
+            None,
+            {**params, **target},
+            None,
+            None,
+            "refused",
+            str(exc),
+        )
+        session.commit()
+        log.info("Operator %s: signal by hero refused: %s", escape(actor), escape(str(exc)))
+        return ActionResult(False, status, str(exc), gone=status == 404)
+    return perform(session, actor, workflow.id, Operation.SIGNAL, params, audit_extra=target)
 
 
 # --- bulk ----------------------------------------------------------------------------------------

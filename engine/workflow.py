@@ -59,6 +59,7 @@ from geneva_drive.errors import (
     DuplicateWorkflowError,
     InvalidInputError,
     InvalidStateError,
+    NoOngoingWorkflowError,
     StepConfigurationError,
     UsageError,
 )
@@ -435,6 +436,56 @@ class Workflow(TimestampMixin, Base):
                 .order_by(cls.id)
             )
         )
+
+    @classmethod
+    def ongoing_for_hero(cls, session: AnySession, hero: Any) -> Self:
+        """The one ongoing workflow of this class for ``hero`` (a mapped object, or a
+        ``(hero_type, hero_id)`` pair as a webhook carries it).
+
+        Raises :class:`NoOngoingWorkflowError` when there is none, and ``InvalidStateError``
+        when there are several (``allow_multiple``): a signal then needs the workflow's id.
+        """
+        hero_type, hero_id = _hero_pair(hero)
+        found: list[Self] = list(
+            session.scalars(
+                cls.query()
+                .where(
+                    cls.hero_type == hero_type,
+                    cls.hero_id == hero_id,
+                    cls.state.not_in(list(TERMINAL_WORKFLOW_STATES)),
+                )
+                .order_by(cls.id)
+                .limit(2)
+            )
+        )
+        if not found:
+            raise NoOngoingWorkflowError(
+                f"No ongoing {cls.__name__} for {hero_type} {hero_id}: it finished, was "
+                "canceled or never started. Check the hero id, or start one with "
+                f"{cls.__name__}.create()."
+            )
+        if len(found) > 1:
+            raise InvalidStateError(
+                f"{hero_type} {hero_id} has more than one ongoing {cls.__name__} "
+                f"(#{found[0].id}, #{found[1].id}, allow_multiple): signal one by its id."
+            )
+        return found[0]
+
+    @classmethod
+    def signal_hero(
+        cls,
+        session: AnySession,
+        hero: Any,
+        name: str,
+        payload: Any = None,
+        *,
+        idempotency_key: Any = None,
+    ) -> Signal:
+        """Deliver ``name`` to the ongoing workflow of this class for ``hero``: a webhook's
+        shape (docs/MANUAL.md, "Automating operations"). ``hero`` is a mapped object or a
+        ``(hero_type, hero_id)`` pair. Safe to retry with an ``idempotency_key``."""
+        workflow = cls.ongoing_for_hero(session, hero)
+        return workflow.signal(name, payload, idempotency_key=idempotency_key)
 
     @classmethod
     def removed_steps_in_flight(cls, session: AnySession) -> dict[str, int]:
@@ -858,6 +909,18 @@ def _check_schedule(cls: builtins.type[Workflow], schedule: Any) -> None:
     schedule.workflow = cls
     if schedule.name is None:
         schedule.name = cls.workflow_name
+
+
+def _hero_pair(hero: Any) -> tuple[str, str]:
+    """A hero given as a ``(hero_type, hero_id)`` pair, or as the mapped object."""
+    if isinstance(hero, tuple):
+        if len(hero) != 2 or not all(isinstance(part, str | int) for part in hero):
+            raise InvalidInputError(
+                f"hero {hero!r}: give the mapped object or a (hero_type, hero_id) pair, "
+                "e.g. ('Order', '42')"
+            )
+        return str(hero[0]), str(hero[1])
+    return hero_key(hero)
 
 
 def hero_key(hero: Any) -> tuple[str, str]:
