@@ -18,6 +18,7 @@ from flask import Blueprint, Flask, Response, current_app, jsonify, request, url
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import select
 from werkzeug.exceptions import HTTPException, MethodNotAllowed, NotFound
+from werkzeug.routing import PathConverter
 
 from geneva_drive import health, limits, operator_actions
 from geneva_drive.dashboard import presenters, queries
@@ -100,8 +101,17 @@ class ApiState:
         self.wrong_tokens = TokenThrottle()
 
 
+class AnyText(PathConverter):
+    """A path's rest, whatever it holds: the path converter stops at a newline (its regex has
+    no DOTALL), and an unmatched URL would get the app's HTML page, not the API's JSON."""
+
+    regex = r"[\s\S]*?"
+    part_isolating = False  # it spans slashes, as the path converter does
+
+
 def init_app(app: Flask, prefix: str = "", api_auth: tokens.ApiAuth | None = None) -> None:
     """Serve the API at ``<prefix>/api/v1`` on ``app``."""
+    app.url_map.converters["any_text"] = AnyText
     app.extensions[_EXTENSION] = ApiState(dashboard_config_of(app), api_auth)
     app.register_blueprint(bp, url_prefix=prefix.rstrip("/") + PREFIX)
 
@@ -630,7 +640,8 @@ def _schedule_view(verb: str) -> Callable[..., Response]:
 for _verb in _SCHEDULE_VERBS:
     _decl(
         "POST",
-        f"/schedules/<name>/actions/{_verb}",
+        # <any_text:…>: a schedule's name may hold a slash ("reports/nightly").
+        f"/schedules/<any_text:name>/actions/{_verb}",
         summary=f"{_verb.replace('_', ' ').capitalize()} a schedule",
         scope="operate",
         body=schemas.ActionBody,
@@ -675,7 +686,7 @@ _ANY = ["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "HEAD"]
 
 
 @bp.route("/", defaults={"rest": ""}, methods=_ANY)
-@bp.route("/<path:rest>", methods=_ANY)
+@bp.route("/<any_text:rest>", methods=_ANY)
 def unmatched(rest: str) -> Response:
     """A path (or method) the API does not have: JSON, like every other answer here."""
     adapter = current_app.url_map.bind_to_environ(request.environ)

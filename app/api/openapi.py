@@ -101,7 +101,7 @@ def operation(
         wrapped = functools.wraps(view)(handle(op, view))
         # Flask matches ids as any segment and the handler converts them: a number out of an
         # id's range then gets the API's JSON 404, not the app's own page for an unmatched URL.
-        plain = _PARAM.sub(lambda m: "<" + m.group(2) + ">", rule)
+        plain = _PARAM.sub(lambda m: f"<{m.group(2)}>" if m.group(1) == "int" else m.group(0), rule)
         bp.add_url_rule(plain, endpoint=view.__name__, view_func=wrapped, methods=[method])
         return view
 

@@ -50,8 +50,9 @@ class Answer:
 class Api:
     """A client of the API on a live server: ``api.get("workflows", token="ops")``."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, app: Any = None) -> None:
         self.base = base
+        self.app = app
 
     def call(
         self,
@@ -107,7 +108,7 @@ def serve(app_factory):  # type: ignore[no-untyped-def]
         extra.setdefault("API_TOKENS", token_setting())
         served = Served(app_factory(**extra))
         running.append(served)
-        return Api(served.url)
+        return Api(served.url, served.app)
 
     yield start
     for served in running:
@@ -438,3 +439,90 @@ def test_a_host_app_serves_it_under_its_prefix_with_its_own_check(geneva_databas
 def _payment_never_fails_at_random() -> Iterator[None]:
     yield
     DashPayment.fail_charge = True
+
+
+# --- the remaining actions, schedules, throttles ------------------------------------------------
+
+
+def test_skip_cancel_and_reattempt(api, make_workflow, geneva_session):
+    ready = make_workflow()
+    skipped = api.post(f"workflows/{ready.id}/actions/skip", token="ops")
+    assert skipped.status == 200, skipped.body
+    assert skipped.body["message"] == "Skipped `authorize`."
+    failed = make_workflow(run=True)
+    DashPayment.fail_charge = False
+    again = api.post(f"workflows/{failed.id}/actions/reattempt", token="ops")
+    assert (again.status, again.body["workflow"]["state"]) == (200, "ready")
+    assert again.body["workflow"]["next_step"] == "charge"
+    canceled = api.post(f"workflows/{failed.id}/actions/cancel", token="ops")
+    assert (canceled.status, canceled.body["workflow"]["state"]) == (200, "canceled")
+    refused = api.post(f"workflows/{failed.id}/actions/reattempt", token="ops")
+    assert refused.status == 409
+    assert audit(geneva_session, "api:ops") == [
+        ("skip", "ok", ready.id),
+        ("reattempt", "ok", failed.id),
+        ("cancel", "ok", failed.id),
+        ("reattempt", "refused", failed.id),
+    ]
+
+
+def test_schedules_are_listed_and_acted_on_by_name(api, geneva_session):
+    from geneva_drive import Schedule, schedules
+
+    try:
+        Schedule.create(geneva_session, "reports/nightly", ApiReport, cron="0 3 * * *")
+        geneva_session.commit()
+        listed = api.get("schedules", token="reader")
+        assert [s["name"] for s in listed.body["items"]] == ["reports/nightly"]
+        paused = api.post("schedules/reports/nightly/actions/pause", token="ops")
+        assert paused.status == 200, paused.body
+        assert "Paused schedule `reports/nightly`" in paused.body["message"]
+        twice = api.post("schedules/reports/nightly/actions/pause", token="ops")
+        assert (twice.status, twice.body["error"]["code"]) == (409, "conflict")
+        ran = api.post("schedules/reports/nightly/actions/run_now", token="ops")
+        assert ran.status == 200 and ran.body["workflow_id"] is not None
+        assert api.get(f"workflows/{ran.body['workflow_id']}").body["class"] == "ApiReport"
+        missing = api.post("schedules/nope/actions/resume", token="ops")
+        assert missing.status == 404
+        assert [a for a, _, _ in audit(geneva_session, "api:ops")] == [
+            "schedule_pause",
+            "schedule_pause",
+            "schedule_run_now",
+        ]
+    finally:
+        schedules._reconciled.clear()
+
+
+def test_wrong_tokens_from_one_address_wait(api):
+    statuses = [api.get("limits", token=f"guess-{n}").status for n in range(11)]
+    assert statuses[:10] == [401] * 10
+    assert statuses[10] == 429
+    # The right token from that address is not compared either while it waits.
+    waited = api.get("limits", token="reader")
+    assert waited.status == 429 and int(waited.headers["Retry-After"]) >= 1
+
+
+def test_the_dashboard_cookie_over_http_opens_nothing(serve, make_workflow, geneva_session):
+    """A browser signed in to the dashboard sends its cookie to the API too: refused."""
+    api = serve()
+    workflow = make_workflow()
+    signed_in = login(api.app.test_client(), "olga")
+    cookie = signed_in.get_cookie(api.app.config.get("SESSION_COOKIE_NAME", "session"))
+    assert cookie is not None
+    headers = {"Cookie": f"{cookie.key}={cookie.value}", "X-CSRF-Token": CSRF}
+    # The cookie is a real login: over HTTP it opens the dashboard's pages.
+    page = urllib.request.Request(f"{api.base}/workflows", headers=headers)
+    with urllib.request.urlopen(page, timeout=30) as opened:
+        assert opened.status == 200 and "/login" not in opened.url
+    answer = api.post(f"workflows/{workflow.id}/actions/pause", {}, token=None, headers=headers)
+    assert (answer.status, answer.body["error"]["code"]) == (401, "unauthorized")
+    geneva_session.refresh(workflow)
+    assert workflow.state == "ready"
+
+
+class ApiReport(Workflow):
+    may_proceed_without_hero = True
+
+    @step
+    def compile(self) -> None:
+        pass
