@@ -24,6 +24,7 @@ from flask import Flask
 
 import geneva_drive.db
 from geneva_drive.errors import ConfigurationError
+from geneva_drive.tracing import trace_id_of
 
 __all__ = [
     "ConfigurationError",
@@ -137,6 +138,10 @@ DEFAULTS: dict[str, Any] = {
     "SESSION_COOKIE_SAMESITE": "Lax",
     "SESSION_COOKIE_SECURE": False,
     "SQLALCHEMY_TRACK_MODIFICATIONS": False,
+    #: ``GENEVA_TRACE_URL_TEMPLATE``: where a workflow's trace is shown, with ``{trace_id}``
+    #: (``http://jaeger:16686/trace/{trace_id}``); the detail page links to it (docs/MANUAL.md,
+    #: "Tracing"). Unset: no link.
+    "TRACE_URL_TEMPLATE": None,
     #: Where ``GenevaDrive(app, db=db)`` mounts the dashboard in a host app (``url_prefix=``
     #: wins). The standalone app serves it at the root.
     "URL_PREFIX": "/geneva",
@@ -177,6 +182,7 @@ def for_host(app: Flask, overrides: Mapping[str, Any] | None = None) -> dict[str
         settings.update({k: v for k, v in source.items() if k not in FLASK_KEYS})
     if overrides:
         settings.update(overrides)
+    settings["TRACE_URL_TEMPLATE"] = trace_url_template(settings.get("TRACE_URL_TEMPLATE"))
     return settings
 
 
@@ -187,6 +193,7 @@ def load(app: Flask, overrides: Mapping[str, Any] | None) -> None:
     if overrides:
         app.config.update(overrides)
     app.config["TRUSTED_HOSTS"] = trusted_hosts(app.config.get("TRUSTED_HOSTS"))
+    app.config["TRACE_URL_TEMPLATE"] = trace_url_template(app.config.get("TRACE_URL_TEMPLATE"))
     if not app.config.get("SQLALCHEMY_DATABASE_URI"):
         # GENEVA_DATABASE_URL (also read above as DATABASE_URL), refused when unset.
         app.config["SQLALCHEMY_DATABASE_URI"] = app.config.get("DATABASE_URL") or (
@@ -212,6 +219,53 @@ def trusted_hosts(value: Any) -> list[str] | None:
             f"GENEVA_TRUSTED_HOSTS={value!r} names no host: unset it to answer any host"
         )
     return hosts
+
+
+def trace_url_template(value: Any) -> str | None:
+    """``GENEVA_TRACE_URL_TEMPLATE``: an http(s) URL (or a path on this host) with one field,
+    ``{trace_id}``, where the detail page links a workflow's trace (docs/MANUAL.md,
+    "Tracing"). Refused at start when it could not make that link. Unset: None."""
+    if value is None or value == "":
+        return None
+    example = (
+        "e.g. GENEVA_TRACE_URL_TEMPLATE=http://jaeger:16686/trace/{trace_id}, or unset it to "
+        "show no trace link"
+    )
+    if not isinstance(value, str):
+        raise ConfigurationError(
+            f"GENEVA_TRACE_URL_TEMPLATE={value!r} is not a URL: set it to a URL with "
+            f"{{trace_id}} in it, {example}"
+        )
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(value) if name is not None}
+    except ValueError as error:
+        raise ConfigurationError(
+            f"GENEVA_TRACE_URL_TEMPLATE={value!r} is not a valid template ({error}): write "
+            f"braces only around trace_id, {example}"
+        ) from None
+    if fields != {"trace_id"}:
+        others = ", ".join("{" + name + "}" for name in sorted(fields - {"trace_id"}))
+        problem = f"names {others}, which the dashboard cannot fill" if others else None
+        raise ConfigurationError(
+            f"GENEVA_TRACE_URL_TEMPLATE={value!r} "
+            f"{problem or 'has no {trace_id}'}: the trace's id goes where "
+            f"{{trace_id}} stands and nothing else is filled in, {example}"
+        )
+    if not value.startswith(("http://", "https://", "/")):
+        raise ConfigurationError(
+            f"GENEVA_TRACE_URL_TEMPLATE={value!r} is neither an http(s) URL nor a path on this "
+            f"host: {example}"
+        )
+    return value
+
+
+def trace_url(template: str | None, metadata: Mapping[str, Any] | None) -> str | None:
+    """The link to a workflow's trace: ``template`` filled with the trace id stored on its row
+    (None without a template or a stored trace)."""
+    if template is None:
+        return None
+    trace_id = trace_id_of(metadata)
+    return template.format(trace_id=trace_id) if trace_id is not None else None
 
 
 def _key_text(key: str | bytes) -> str:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
+from geneva_drive import tracing
 from geneva_drive.config import process_variable
 from geneva_drive.errors import ConfigurationError
 
@@ -137,4 +138,12 @@ class CeleryTransport:
             options["countdown"] = message.countdown
         if message.eta is not None:
             options["eta"] = message.eta
-        celery.send_task(PERFORM_STEP_TASK, args=[message.execution_id], **options)
+        if message.trace is None:
+            celery.send_task(PERFORM_STEP_TASK, args=[message.execution_id], **options)
+            return
+        # Published inside the workflow's trace, which the headers carry to the worker: Celery's
+        # own instrumentation starts its task spans there (docs/MANUAL.md, "Tracing").
+        with tracing.publishing(message.trace) as headers:
+            if headers:
+                options["headers"] = headers
+            celery.send_task(PERFORM_STEP_TASK, args=[message.execution_id], **options)

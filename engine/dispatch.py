@@ -40,7 +40,7 @@ from typing import Any
 from sqlalchemy import Select, and_, or_, select, tuple_
 from sqlalchemy.orm import Session
 
-from geneva_drive import db, liveness, schedules, scheduling, timeouts, transitions
+from geneva_drive import db, liveness, schedules, scheduling, timeouts, tracing, transitions
 from geneva_drive.config import settings
 from geneva_drive.dialects import dialect_for
 from geneva_drive.housekeeping import run as run_housekeeping
@@ -61,21 +61,27 @@ def dispatch_due(now: datetime | None = None, *, batch_size: int = DISPATCH_BATC
 
     Each batch is its own short transaction, so a large backlog never holds the lock for long,
     and messages of a batch leave right after that batch commits.
+
+    With tracing on, the sweep is a ``geneva_drive.dispatch`` span of its own; each message it
+    sends is published in its workflow's trace (docs/MANUAL.md, "Tracing").
     """
-    moment = now or utcnow()
-    fire_timeouts(moment, batch_size=batch_size)
-    recover_dead_workers()  # by the heartbeats' own clock, whatever ``now`` says
-    fire_schedules(moment)
-    total = 0
-    after: tuple[datetime, int] | None = None
-    while True:
-        sent, after = _dispatch_batch(moment, batch_size, after)
-        total += sent
-        if sent < batch_size:
-            break
-    if total:
-        log.info("dispatched %d due step execution(s)", total)
-    return total
+    with tracing.operation("geneva_drive.dispatch") as span:
+        moment = now or utcnow()
+        fire_timeouts(moment, batch_size=batch_size)
+        recover_dead_workers()  # by the heartbeats' own clock, whatever ``now`` says
+        fire_schedules(moment)
+        total = 0
+        after: tuple[datetime, int] | None = None
+        while True:
+            sent, after = _dispatch_batch(moment, batch_size, after)
+            total += sent
+            if sent < batch_size:
+                break
+        if total:
+            log.info("dispatched %d due step execution(s)", total)
+        if span is not None:
+            span.set_attribute("geneva_drive.dispatched", total)
+        return total
 
 
 def _due_query(

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Engine, Table, bindparam, event, func, select
+from sqlalchemy import Engine, Table, bindparam, event, func, literal_column, select
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
@@ -45,6 +45,7 @@ from geneva_drive import (
     scheduling,
     signals,
     timeouts,
+    tracing,
 )
 from geneva_drive.compiled import Compiled
 from geneva_drive.config import settings
@@ -343,6 +344,62 @@ def consecutive_reattempt_count(session: Session, workflow: Workflow, step_name:
     )
 
 
+def _outcomes(*outcomes: Outcome) -> list[Any]:
+    # Written into the SQL: a prepared statement takes no expanding IN list (engine/compiled.py).
+    return [literal_column(f"'{outcome}'") for outcome in outcomes]
+
+
+def _earlier_attempts() -> Compiled:
+    """How many attempts of a step came before an execution: those that ended without getting
+    it done (reattempted, failed, canceled, recovered; started ones) since it last got done."""
+    column = _EXECUTIONS.c
+    same_step = (
+        column.workflow_id == bindparam("workflow_id", type_=column.workflow_id.type),
+        column.step_name == bindparam("step_name", type_=column.step_name.type),
+        column.id < bindparam("execution_id", type_=column.id.type),
+    )
+    last_done = (
+        select(func.max(column.id))
+        .where(
+            *same_step,
+            column.outcome.in_(_outcomes(Outcome.SUCCESS, Outcome.SKIPPED, Outcome.TIMED_OUT)),
+        )
+        .scalar_subquery()
+    )
+    return Compiled(
+        select(func.count())
+        .select_from(_EXECUTIONS)
+        .where(
+            *same_step,
+            column.started_at.is_not(None),
+            column.outcome.in_(
+                _outcomes(Outcome.REATTEMPTED, Outcome.FAILED, Outcome.CANCELED, Outcome.RECOVERED)
+            ),
+            column.id > func.coalesce(last_done, 0),
+        )
+    )
+
+
+_EARLIER_ATTEMPTS = _earlier_attempts()
+
+
+def attempt_number(session: Session, execution: StepExecution) -> int:
+    """1 for a step's first attempt, plus one for each earlier attempt of the same step of the
+    same workflow that ended without getting it done (a reattempt, a failure that was resumed,
+    a worker that died) since it last got done; a resumable step's checkpoints continue one
+    attempt (docs/MANUAL.md, "Tracing"). One prepared read on the session's connection, which
+    flushes nothing; the executor asks only when tracing is on."""
+    row = _EARLIER_ATTEMPTS.first(
+        session.connection(),
+        {
+            "workflow_id": execution.workflow_id,
+            "step_name": execution.step_name,
+            "execution_id": execution.id,
+        },
+    )
+    return 1 + int(row[0] if row is not None else 0)
+
+
 def _discarded(workflow: Workflow, execution: StepExecution) -> bool:
     """Has the attempt been taken from under its body (an operator, housekeeping)?"""
     return execution.state != StepState.IN_PROGRESS or workflow.state != WorkflowState.PERFORMING
@@ -398,6 +455,8 @@ class Executor:
         #: The error last handed to the error reporter: a finalize run again after a deadlock
         #: resolves the same error once more, and the reporter (Sentry, logs) sees it once.
         self.reported: BaseException | None = None
+        #: The attempt's span once it starts (docs/MANUAL.md, "Tracing"); None with tracing off.
+        self.span: tracing.Span | None = None
 
     # --- locking -----------------------------------------------------------------------
 
@@ -515,6 +574,8 @@ class Executor:
 
     def run(self) -> bool:
         """Run the three phases; False when the execution does not exist (nothing done)."""
+        active = tracing.tracer()
+        began = time.time_ns() if active is not None else 0
         try:
             inline.arm(self.session, self.budget)
             locked = self._lock_reconnecting()
@@ -529,6 +590,9 @@ class Executor:
             workflow, execution = locked
             self.log = ContextAdapter(log, log_context(workflow, execution))
             prepared = self.prepare(workflow, execution)
+            if prepared is not None and active is not None:
+                # Before the start's commit: a workflow's first traced step stores its context.
+                self.span = self._start_span(active, workflow, execution, began)
             # A step that did not start here (skipped, say) may have scheduled its successor.
             self._settle_inline(runs_next=prepared is None)
             # The start transition need not wait for its own WAL flush (PostgreSQL: one fsync,
@@ -541,9 +605,12 @@ class Executor:
                 and not settings.synchronous_start_commit
                 and dialect_for(self.session).asynchronous_commit
             )
-        except BaseException:
+        except BaseException as error:
             inline.disarm(self.session)
             self.session.rollback()
+            if self.span is not None:
+                tracing.abandon(self.span, error)
+                self.span = None
             raise
         if self.error is not None:
             raise self.error
@@ -558,9 +625,36 @@ class Executor:
         assert self._prepared is not None
         workflow, execution, step_def = self._prepared
         self._prepared = None
+        active = tracing.tracer()
+        if active is not None:
+            self.span = self._start_span(active, workflow, execution, time.time_ns())
         return self._body_and_finalize(workflow, execution, step_def, None)
 
+    def _start_span(
+        self, active: tracing.Tracer, workflow: Workflow, execution: StepExecution, began: int
+    ) -> tracing.Span:
+        return tracing.start_step(
+            active,
+            workflow,
+            execution,
+            attempt=lambda: attempt_number(self.session, execution),
+            start_time=began,
+        )
+
     def _body_and_finalize(
+        self,
+        workflow: Workflow,
+        execution: StepExecution,
+        step_def: StepDefinition,
+        signal: Signal | None,
+    ) -> bool:
+        span, self.span = self.span, None
+        if span is None:
+            return self._attempt(workflow, execution, step_def, signal)
+        with tracing.step_scope(span, execution):
+            return self._attempt(workflow, execution, step_def, signal)
+
+    def _attempt(
         self,
         workflow: Workflow,
         execution: StepExecution,

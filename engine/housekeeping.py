@@ -83,6 +83,7 @@ from geneva_drive import (
     registry,
     rollups,
     signals,
+    tracing,
     transitions,
 )
 from geneva_drive.config import settings
@@ -151,11 +152,20 @@ def run(now: datetime | None = None) -> HousekeepingReport:
     returns at once with ``skipped_overlapping`` set. The lease is renewed while the run goes
     on; a run killed mid-way lets it lapse within :data:`LEASE_DURATION`.
     """
-    with liveness.hold_lease(LEASE_NAME, LEASE_DURATION) as held:
+    with (
+        tracing.operation("geneva_drive.housekeeping") as span,
+        liveness.hold_lease(LEASE_NAME, LEASE_DURATION) as held,
+    ):
         if not held:
             log.info("another housekeeping run is in progress; skipping this one")
-            return HousekeepingReport(skipped_overlapping=1)
-        return _run(now)
+            report = HousekeepingReport(skipped_overlapping=1)
+        else:
+            report = _run(now)
+        if span is not None:
+            # The span of its own (docs/MANUAL.md, "Tracing") carries what the run did.
+            for key, value in report.as_dict().items():
+                span.set_attribute(f"geneva_drive.housekeeping.{key}", value)
+        return report
 
 
 def _run(now: datetime | None) -> HousekeepingReport:

@@ -18,12 +18,13 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 from blinker import Namespace
 
+from geneva_drive import tracing
 from geneva_drive.logsafe import escape
 
 _signals = Namespace()
@@ -133,7 +134,7 @@ def _log_reporter(error: BaseException, context: dict[str, Any]) -> None:
         # would forge a log line.
         (type(error).__name__, escape(_message(error), 2000)),
         (type(error), error, error.__traceback__),
-        extra={"geneva_drive": context},
+        extra={"geneva_drive": _with_trace_ids(context)},
     )
     # The formatter prints a record's exc_text when it is set, instead of formatting exc_info
     # itself (which would print the raw message again, newlines and all); handlers that read
@@ -190,8 +191,16 @@ def report_context(workflow: Any, execution: Any) -> dict[str, Any]:
     }
 
 
+def _with_trace_ids(context: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``context`` with the current trace and span ids when a span is current (docs/MANUAL.md,
+    "Tracing"): a log line then names the trace it belongs to. Unchanged with tracing off."""
+    ids = tracing.log_ids()
+    return context if ids is None else {**context, **ids}
+
+
 class ContextAdapter(logging.LoggerAdapter[logging.Logger]):
-    """Prefixes log lines with workflow id, class, hero, step and execution id.
+    """Prefixes log lines with workflow id, class, hero, step and execution id, and with the
+    trace and span ids when tracing is on (docs/MANUAL.md, "Tracing").
 
     The hero id, the step name and text arguments (error messages, signal names) come from
     outside the engine: they are escaped (:func:`geneva_drive.logsafe.escape`) so that none of
@@ -199,7 +208,7 @@ class ContextAdapter(logging.LoggerAdapter[logging.Logger]):
     """
 
     def process(self, msg: Any, kwargs: Any) -> tuple[Any, Any]:
-        extra = self.extra or {}
+        extra = _with_trace_ids(self.extra or {})
         prefix = " ".join(f"{k}={escape(v)}" for k, v in extra.items() if v is not None)
         kwargs.setdefault("extra", {})["geneva_drive"] = dict(extra)
         return f"[{prefix}] {msg}", kwargs

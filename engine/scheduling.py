@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session, object_session
 
-from geneva_drive import db, inline, limits, persistence, transitions
+from geneva_drive import db, inline, limits, persistence, tracing, transitions
 from geneva_drive.config import settings
 from geneva_drive.dialects import dialect_for
 from geneva_drive.errors import StepNotDefinedError, UsageError
@@ -166,6 +166,7 @@ def plan(
             priority=options.get("priority"),
             countdown=delay if delay > 0 else None,
             options=options,
+            trace=tracing.stored(workflow.metadata_),
         ),
         scheduled_for,
     )

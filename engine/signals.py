@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError, InvalidRequestError
 from sqlalchemy.orm import Session
 
-from geneva_drive import children, scheduling, transitions
+from geneva_drive import children, scheduling, tracing, transitions
 from geneva_drive.errors import InvalidInputError, ReservedSignalNameError, WorkflowNotOngoing
 from geneva_drive.instrumentation import signal_delivered
 from geneva_drive.models import Signal, StepExecution, utcnow
@@ -189,6 +189,10 @@ def deliver(
     _lock_or_refuse(session, workflow, name)
     with session.begin_nested():
         signal, duplicate = _insert_or_find(session, workflow, name, key, data)
+        if not duplicate:
+            # Sent from inside a span: the execution it wakes links to the sender
+            # (docs/MANUAL.md, "Tracing"). Nothing with tracing off.
+            tracing.remember_signal(workflow, signal.id)
         if not duplicate and workflow.state != WorkflowState.PAUSED:
             wake_matching(session, workflow, signal)
     if duplicate:

@@ -43,6 +43,9 @@ class Message:
     countdown: float | None = None
     eta: datetime | None = None
     options: dict[str, Any] = field(default_factory=dict)
+    #: The workflow's stored trace context (docs/MANUAL.md, "Tracing"): the Celery transport
+    #: publishes inside it. None when the workflow has none.
+    trace: dict[str, Any] | None = None
 
 
 class Transport(Protocol):

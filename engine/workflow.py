@@ -54,6 +54,7 @@ from geneva_drive import (
     registry,
     scheduling,
     signals,
+    tracing,
 )
 from geneva_drive.errors import (
     DuplicateWorkflowError,
@@ -363,6 +364,11 @@ class Workflow(TimestampMixin, Base):
             workflow.step_job_options = step_job_options
         if _metadata:
             workflow.metadata_ = {**(workflow.metadata_ or {}), **_metadata}
+        # The caller's trace context, when a span is current: every step's span is its child
+        # (docs/MANUAL.md, "Tracing"); a step's start_child() stores that step's span.
+        traced = tracing.with_creator(workflow.metadata_)
+        if traced is not None:
+            workflow.metadata_ = traced
         if not allow_multiple:
             existing = session.scalars(
                 select(Workflow.id)

@@ -44,6 +44,45 @@ def generous_inline_time_budget() -> Iterator[None]:
 
 
 @pytest.fixture
+def otel_global() -> Iterator[None]:
+    """OpenTelemetry's global tracer provider, reset before and after the test: the test (or a
+    manual example) may set one as an application does, once, and every other test keeps the
+    default, tracing off. The API sets its global once per process, so the reset writes its
+    private module state, as OpenTelemetry's own test utilities do."""
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.util._once import Once
+
+    def reset() -> None:
+        otel_trace._TRACER_PROVIDER_SET_ONCE = Once()
+        otel_trace._TRACER_PROVIDER = None
+
+    reset()
+    try:
+        yield
+    finally:
+        reset()
+
+
+@pytest.fixture
+def otel_spans(otel_global: None) -> Iterator[object]:
+    """OpenTelemetry's SDK as the application would configure it, with an in-memory exporter
+    (docs/MANUAL.md, "Tracing"); yields the exporter."""
+    from opentelemetry import trace as otel_trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    otel_trace.set_tracer_provider(provider)
+    try:
+        yield exporter
+    finally:
+        provider.shutdown()
+
+
+@pytest.fixture
 def frozen_clock(monkeypatch: pytest.MonkeyPatch) -> FrozenClock:
     """The engine's and the dashboard's "now", held at the real now until the test moves it
     (tests/clock.py): for assertions that read the time twice, or at an exact lateness."""

@@ -9,6 +9,7 @@ from flask import abort, redirect, request
 from geneva_drive.dashboard import presenters, queries
 from geneva_drive.dashboard import schedules as schedule_list
 from geneva_drive.dashboard.auth import current_user
+from geneva_drive.dashboard.config import trace_url
 from geneva_drive.dashboard.extensions import db, session
 from geneva_drive.dashboard.htmx import STOP_POLLING, is_htmx, render
 from geneva_drive.dashboard.rendering import render_template
@@ -84,6 +85,10 @@ def render_detail(
     detail.notice = notice
     # Created by a schedule: its name and tick (metadata), linked to /schedules.
     detail.extra["schedule"] = schedule_list.origin(session(), workflow)
+    # Traced (docs/MANUAL.md, "Tracing") and GENEVA_TRACE_URL_TEMPLATE set: a link to the trace.
+    detail.extra["trace_url"] = trace_url(
+        dashboard_config().get("TRACE_URL_TEMPLATE"), workflow.metadata_
+    )
     if signal_draft is not None:
         # A refused signal: its form reopens with what was typed and the reason beside it.
         detail.extra["signal_draft"] = signal_draft

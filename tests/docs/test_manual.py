@@ -133,11 +133,14 @@ def isolated_registry():
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
 def test_manual_example(
-    name, geneva_session, geneva_database, isolated_registry, generous_inline_time_budget
+    name, geneva_session, geneva_database, isolated_registry, generous_inline_time_budget, request
 ):
     # The inline budget's 200 ms can run out between two steps on a loaded machine and hand
     # the inline-successors example's chain to the broker; the examples show the path, not it.
     example = EXAMPLES[name]
+    if name.startswith("tracing"):
+        # Sets OpenTelemetry's global tracer provider as an application does: reset around it.
+        request.getfixturevalue("otel_global")
     SHARED_NAMESPACE["outbox"].clear()
     module_name = f"manual_{name.replace('-', '_')}"
     namespace = _module_namespace(module_name)
