@@ -21,6 +21,13 @@ step, and the raw/engine ratio (``--repeats``: medians over alternating full run
 B10 (``--guard-rounds``): short raw and engine chunks alternate, so both see the same machine
 load; the engine's marginal cost per step (3- vs 10-step workflows, as B1 defines it) from
 each side's best round decides (interference only adds time); ``--min-ratio`` exits 1 below.
+
+``--tracing sdk`` configures OpenTelemetry's SDK first, as an application would (docs/MANUAL.md,
+"Tracing"): a ``BatchSpanProcessor`` whose exporter drops the spans, so the figure is the
+engine's tracing and the SDK's span handling, without an exporter's encoding or network;
+``--tracing sdk-json`` exports through the SDK's console exporter to /dev/null (every span
+encoded as JSON, an upper bound for an OTLP exporter's encoding). Process CPU time counts the
+batch processor's thread too. Compare with runs without the option.
 """
 
 from __future__ import annotations
@@ -305,6 +312,35 @@ def guard(workflows: int, rounds: int) -> dict[str, Any]:
     }
 
 
+def configure_tracing(mode: str) -> None:
+    """OpenTelemetry's SDK as an application configures it (``--tracing``); "off" leaves the
+    API's default provider, with which the engine traces nothing."""
+    if mode == "off":
+        return
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+    from opentelemetry.sdk.trace.export import (
+        BatchSpanProcessor,
+        ConsoleSpanExporter,
+        SpanExporter,
+        SpanExportResult,
+    )
+
+    class Dropped(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
+
+    exporter: SpanExporter = Dropped()
+    if mode == "sdk-json":
+        sink = open(os.devnull, "w")  # noqa: SIM115 - open for the process's life
+        exporter = ConsoleSpanExporter(
+            out=sink, formatter=lambda span: ReadableSpan.to_json(span, indent=None) + "\n"
+        )
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--workflows", type=int, default=500)
@@ -323,7 +359,15 @@ def main() -> int:
         help="replace the per-(class, state) counts upsert by a no-op, as before migration "
         "0010 (alternate runs with and without to see what the counts cost)",
     )
+    parser.add_argument(
+        "--tracing",
+        choices=("off", "sdk", "sdk-json"),
+        default="off",
+        help='configure OpenTelemetry\'s SDK first (docs/MANUAL.md, "Tracing"): spans dropped '
+        "by the exporter (sdk) or encoded as JSON to /dev/null (sdk-json)",
+    )
     args = parser.parse_args()
+    configure_tracing(args.tracing)
     if args.counts_off:
         os.environ[COUNTS_OFF_ENV] = "1"
     counts_off = apply_counts_off()
@@ -333,6 +377,8 @@ def main() -> int:
         else measure(args.workflows, args.repeats)
     )
     result["counts_off"] = counts_off  # an exported GENEVA_BENCH_COUNTS_OFF=1 shows here
+    if args.tracing != "off":
+        result["tracing"] = args.tracing
     for key, value in result.items():
         if isinstance(value, float):
             print(f"{key:22} {value:10.3f}")
