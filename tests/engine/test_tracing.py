@@ -166,6 +166,25 @@ def test_create_inside_a_span_stores_its_context_and_every_step_is_its_child(
         assert span.end_time >= execution.finished_at.timestamp() * 1e9 - 1e6
 
 
+def test_the_caller_s_tracestate_is_stored_and_carried_by_the_steps(geneva_session, otel_spans):
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    incoming = TraceContextTextMapPropagator().extract(
+        {
+            "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+            "tracestate": "shop=blue,vendor=7",
+        }
+    )
+    with tracer().start_as_current_span("POST /orders", context=incoming):
+        workflow = Shipment.create(hero=make_order(geneva_session))
+        geneva_session.commit()
+    assert workflow.metadata_["trace"]["tracestate"] == "shop=blue,vendor=7"
+    speedrun_workflow(workflow)
+    for span in step_spans(otel_spans):
+        assert span.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+        assert span.context.trace_state.to_header() == "shop=blue,vendor=7"
+
+
 def test_a_workflow_created_outside_any_span_gets_its_first_step_s_trace(
     geneva_session, otel_spans
 ):
