@@ -22,7 +22,8 @@ B10 (``--guard-rounds``): short raw and engine chunks alternate, so both see the
 load; the engine's marginal cost per step (3- vs 10-step workflows, as B1 defines it) from
 each side's best round decides (interference only adds time); ``--min-ratio`` exits 1 below.
 
-``--tracing sdk`` configures OpenTelemetry's SDK first, as an application would (docs/MANUAL.md,
+``--tracing noop`` sets the API's no-op provider (the engine must trace nothing and cost
+nothing more); ``--tracing sdk`` configures OpenTelemetry's SDK first, as an application would (docs/MANUAL.md,
 "Tracing"): a ``BatchSpanProcessor`` whose exporter drops the spans, so the figure is the
 engine's tracing and the SDK's span handling, without an exporter's encoding or network;
 ``--tracing sdk-json`` exports through the SDK's console exporter to /dev/null (every span
@@ -314,10 +315,15 @@ def guard(workflows: int, rounds: int) -> dict[str, Any]:
 
 def configure_tracing(mode: str) -> None:
     """OpenTelemetry's SDK as an application configures it (``--tracing``); "off" leaves the
-    API's default provider, with which the engine traces nothing."""
+    API's default provider and "noop" sets its no-op one: with either the engine traces
+    nothing."""
     if mode == "off":
         return
     from opentelemetry import trace
+
+    if mode == "noop":
+        trace.set_tracer_provider(trace.NoOpTracerProvider())
+        return
     from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
     from opentelemetry.sdk.trace.export import (
         BatchSpanProcessor,
@@ -361,7 +367,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--tracing",
-        choices=("off", "sdk", "sdk-json"),
+        choices=("off", "noop", "sdk", "sdk-json"),
         default="off",
         help='configure OpenTelemetry\'s SDK first (docs/MANUAL.md, "Tracing"): spans dropped '
         "by the exporter (sdk) or encoded as JSON to /dev/null (sdk-json)",
