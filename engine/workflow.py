@@ -273,6 +273,7 @@ class Workflow(TimestampMixin, Base):
             return
         name = own.get("workflow_name") or cls.__name__
         cls.workflow_name = str(name)
+        _refuse_shadowed_columns(cls)
         _assemble_dsl(cls)
         args = dict(own.get("__mapper_args__", {}))
         args.setdefault("polymorphic_identity", cls.workflow_name)
@@ -915,6 +916,28 @@ def _check_schedule(cls: builtins.type[Workflow], schedule: Any) -> None:
     schedule.workflow = cls
     if schedule.name is None:
         schedule.name = cls.workflow_name
+
+
+#: How to set, per workflow, what a class attribute of the same name would hide.
+_COLUMN_HINTS = {
+    "allow_multiple": "pass create(..., allow_multiple=True)",
+    "metadata_": "pass create(..., _metadata={...}) or set it in a step",
+}
+
+
+def _refuse_shadowed_columns(cls: builtins.type[Workflow]) -> None:
+    """A class attribute named like a column of every workflow (``allow_multiple = True``)
+    would replace the column for that class: its rows could not be written. Refused when the
+    class is defined, with the way to set it per workflow."""
+    # From the table, not the mapper: inspecting the mapper now would configure the mappers
+    # in the middle of defining this class. ``metadata`` is mapped as ``metadata_``.
+    columns = {c.key for c in Workflow.__table__.columns} - {"metadata"} | {"metadata_"}
+    for name in sorted(columns & set(cls.__dict__)):
+        hint = _COLUMN_HINTS.get(name, "it is the engine's; choose another name")
+        raise StepConfigurationError(
+            f"{cls.__name__}.{name}: `{name}` is a column of every workflow, not a class "
+            f"option; {hint}."
+        )
 
 
 def _hero_pair(hero: Any) -> tuple[str, str]:
