@@ -14,6 +14,11 @@ import threading
 
 _process: tuple[int, int] | None = None
 _thread = threading.local()
+#: Executions this process started and then could not finish (their finalize failed, a hook
+#: raised): still in progress under this process's live worker, so the lease never expires for
+#: them. The heartbeat hands each to recovery (engine/liveness.py) and forgets it.
+_abandoned: dict[int, int] = {}
+_abandoned_lock = threading.Lock()
 #: The names of the workers registered in this process (for log lines).
 _names: dict[int, str] = {}
 
@@ -46,3 +51,25 @@ def get() -> int | None:
     if _process is not None and _process[0] == os.getpid():
         return _process[1]
     return None
+
+
+def abandon(execution_id: int) -> None:
+    """An attempt this thread's worker started and can no longer finish: recover it soon
+    (the heartbeat does), as if its worker had died. Nothing outside a registered worker."""
+    worker_id = get()
+    if worker_id is None:
+        return
+    with _abandoned_lock:
+        _abandoned[execution_id] = worker_id
+
+
+def abandoned(worker_id: int) -> list[int]:
+    """The executions ``worker_id`` abandoned and recovery has not settled yet."""
+    with _abandoned_lock:
+        return [e for e, w in _abandoned.items() if w == worker_id]
+
+
+def settled(execution_id: int) -> None:
+    """Recovery took care of it (or the row moved on): forget it."""
+    with _abandoned_lock:
+        _abandoned.pop(execution_id, None)

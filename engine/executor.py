@@ -664,9 +664,11 @@ class Executor:
         try:
             result = self.run_body(workflow, execution, step_def, signal)
         except BaseException:
-            # A hook raised: it escapes with the execution in progress (housekeeping recovers
-            # it), and the attempt's writes roll back, in the caller's session too.
+            # A hook raised: it escapes with the execution in progress, and the attempt's
+            # writes roll back, in the caller's session too. Its worker lives on, so its lease
+            # never expires for it: the heartbeat hands it to recovery (current_worker).
             self.session.rollback()
+            current_worker.abandon(self.execution_id)
             raise
         wrote = bool(self.session.info.get(_WROTE)) or _has_pending_changes(self.session)
         if isinstance(result, Captured):
@@ -698,8 +700,10 @@ class Executor:
                 # A deadlock victim's transaction rolled back whole. With nothing of the body's
                 # in it, recording the outcome again is the whole remedy; with the body's writes
                 # in it, they are gone, and the execution stays in progress, recovered as after
-                # a crash here (by its worker's lease, docs/MANUAL.md "When a worker dies").
+                # a crash here (docs/MANUAL.md "When a worker dies"): by its worker's lease if
+                # the process dies, else by its heartbeat, which recovers what it abandoned.
                 if wrote or retry == _DEADLOCK_RETRIES or not db.is_deadlock(error):
+                    current_worker.abandon(self.execution_id)
                     raise
                 self.log.warning(
                     "the database chose this step's finalize as a deadlock victim (%s); "
@@ -710,6 +714,7 @@ class Executor:
                 self.started = None
                 inline.disarm(self.session)
                 self.session.rollback()
+                current_worker.abandon(self.execution_id)
                 raise
         if self.error is not None:
             raise self.error

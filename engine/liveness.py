@@ -160,6 +160,30 @@ def recover_expired(session: Session | None = None, now: datetime | None = None)
             return recovered
 
 
+def recover_abandoned(worker_id: int) -> int:
+    """Recover the executions this process's worker ``worker_id`` started and could not finish
+    (a finalize whose connection died, a hook that raised): they are in progress under a live
+    worker, whose lease never expires for them. Run by the heartbeat, so within one
+    ``worker_heartbeat_interval``; the ones recovery cannot take now (the workflow is busy, the
+    database is down) are tried again at the next beat. Returns how many were recovered."""
+    recovered = 0
+    for execution_id in current_worker.abandoned(worker_id):
+        done = recovery.recover_execution(
+            execution_id,
+            lambda _s, ex: ex.state == StepState.IN_PROGRESS and ex.worker_id == worker_id,
+            reason="abandoned",
+        )
+        if done:
+            recovered += 1
+            current_worker.settled(execution_id)
+            continue
+        with db.new_session() as session:
+            row = session.get(StepExecution, execution_id)
+            if row is None or row.state != StepState.IN_PROGRESS or row.worker_id != worker_id:
+                current_worker.settled(execution_id)  # moved on: someone else settled it
+    return recovered
+
+
 def _still_expired(session: Session, execution: StepExecution, now: datetime) -> bool:
     if execution.state != StepState.IN_PROGRESS or execution.worker_id is None:
         return False
@@ -299,6 +323,14 @@ class Heartbeat:
                 if not lost:
                     log.warning("worker %s could not renew its heartbeat: %s", self.name, error)
                 lost = True
+                continue
+            try:
+                recover_abandoned(self.worker_id)
+            except Exception as error:
+                # Tried again at the next beat; the database may be down for a moment.
+                log.warning(
+                    "worker %s could not recover the steps it abandoned: %s", self.name, error
+                )
 
     def beat(self, now: datetime | None = None) -> None:
         """Renew the heartbeat once, now (tests; the thread does this on its own)."""

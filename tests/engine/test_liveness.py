@@ -468,3 +468,73 @@ def test_a_run_handed_a_later_now_judges_leases_by_the_real_clock(geneva_session
     assert seen == [(0, 0)]
     assert _summary(geneva_session, workflow)[0] == ("work", "completed", "success")
     assert _worker_row(worker.worker_id).stopped_at is None  # not pruned either
+
+
+# --- an attempt its live worker could not finish ------------------------------------------------
+
+
+def _finalize_fails_once(monkeypatch: Any) -> None:
+    """The database drops the connection in the middle of the step's finalize, once."""
+    from sqlalchemy.exc import OperationalError
+
+    from geneva_drive.executor import Executor
+
+    real = Executor.finalize
+    calls = {"n": 0}
+
+    def finalize(self: Any, *args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise OperationalError("UPDATE …", {}, Exception("server closed the connection"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(Executor, "finalize", finalize)
+
+
+def test_an_attempt_a_live_worker_could_not_finalize_is_recovered_by_its_heartbeat(
+    geneva_session, monkeypatch
+):
+    """Its worker lives on, so its lease never expires for the step: before this, the row
+    stayed in progress for good, and a limited step held its slot for good (the next in line
+    waited forever). The heartbeat recovers it within one interval."""
+    settings.worker_heartbeat_interval = 0.05
+    settings.worker_lease = 5
+    heartbeat = liveness.start_worker("embedded", name="embedded@here/abandon", process=False)
+    current_worker.set_thread(heartbeat.worker_id, heartbeat.name)
+    try:
+        first = _create(geneva_session, LimitedLiveFlow, status="t1")
+        second = _create(geneva_session, LimitedLiveFlow, status="t1")
+        held = _current(geneva_session, first)
+        _finalize_fails_once(monkeypatch)
+        with pytest.raises(Exception, match="server closed the connection"):
+            executor.execute(held.id)
+        geneva_session.expire_all()
+        assert geneva_session.get(StepExecution, held.id).state == "in_progress"
+
+        deadline = time.monotonic() + 20
+        while geneva_session.get(StepExecution, held.id).outcome != "recovered":
+            assert time.monotonic() < deadline, "the heartbeat never recovered the step"
+            time.sleep(0.05)
+            geneva_session.expire_all()
+        # Run again (stuck_recovery_action "reattempt"), and its slot is free for the next.
+        assert _summary(geneva_session, first)[:2] == [
+            ("work", "completed", "recovered"),
+            ("work", "scheduled", None),
+        ]
+        waiting = _current(geneva_session, second)
+        executor.execute(waiting.id)
+        geneva_session.expire_all()
+        assert geneva_session.get(StepExecution, waiting.id).state == "completed"
+        assert current_worker.abandoned(heartbeat.worker_id) == []
+    finally:
+        heartbeat.stop()
+
+
+def test_outside_a_registered_worker_nothing_is_abandoned(geneva_session, monkeypatch):
+    """A test helper or a script runs steps with no worker: its stuck rows keep the hour-long
+    threshold of housekeeping, and nothing is queued for a heartbeat that does not exist."""
+    workflow = _create(geneva_session)
+    _finalize_fails_once(monkeypatch)
+    with pytest.raises(Exception, match="server closed the connection"):
+        executor.execute(_current(geneva_session, workflow).id)
+    assert current_worker._abandoned == {}
