@@ -119,6 +119,13 @@ def perform_step(step_execution_id: int) -> None:
         if _consumed_queues is not None
         else None
     )
+    if _consumed_queues is not None and current_worker.get() is None:
+        # A worker process whose registration failed at start (Celery logs a failing
+        # worker_process_init and carries on; the database may have been down for a moment)
+        # registers now: a step it started unregistered would carry no worker, and if the
+        # process died, nothing would recover the step before the hour-long threshold. If the
+        # database is still down this raises, and the dispatcher sends the message again.
+        _start_liveness()
     for attempt in range(5):
         if executor.execute(step_execution_id, missing_ok=True, budget=budget):
             return

@@ -146,3 +146,32 @@ def test_nothing_long_is_sent_with_a_countdown(geneva_session, geneva_transport)
 
     create_workflow(geneva_session, CeleryLaterWorkflow)
     assert geneva_transport.messages == []
+
+
+def test_a_worker_process_whose_registration_failed_registers_before_its_first_step(
+    geneva_session, geneva_transport, monkeypatch
+):
+    """Celery logs a failing worker_process_init and lets the child run tasks: unregistered,
+    its steps would carry no worker, and nothing would recover them if it died (until the
+    hour-long threshold). Its first task registers it, so the step records its worker."""
+    from geneva_drive import celery as celery_module
+    from geneva_drive import current_worker
+    from geneva_drive.models import StepExecution, Worker
+
+    monkeypatch.setattr(celery_module, "_consumed_queues", frozenset({"celery"}))
+    monkeypatch.setattr(celery_module, "_heartbeat", None)
+    current_worker.set_process(None)
+    assert current_worker.get() is None
+    create_workflow(geneva_session, CeleryTaskWorkflow)
+    execution_id = geneva_transport.execution_ids[0]
+    try:
+        perform_step(execution_id)
+        geneva_session.expire_all()
+        execution = geneva_session.get(StepExecution, execution_id)
+        assert execution.state == "completed" and execution.worker_id is not None
+        worker = geneva_session.get(Worker, execution.worker_id)
+        assert worker.kind == "celery" and worker.queues == "celery"
+    finally:
+        if celery_module._heartbeat is not None:
+            celery_module._heartbeat.stop()
+        current_worker.set_process(None)
