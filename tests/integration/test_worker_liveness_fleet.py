@@ -217,10 +217,21 @@ def _started_pid(log: Path, workflow_id: int, nth: int = 1) -> int | None:
 
 
 def _children(pid: int) -> set[int]:
+    """The living children of ``pid``: a killed child stays listed as a zombie until its parent
+    reaps it, and counting it let a test go on before Celery had replaced it."""
     try:
-        return {int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
+        listed = {int(x) for x in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
     except FileNotFoundError:
         return set()
+    return {child for child in listed if _alive(child)}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def _parent(pid: int) -> int:

@@ -39,14 +39,38 @@ def wf_ids(geneva_session) -> dict[str, int]:
     return made
 
 
+#: The HTTP API's Blueprint: it never reads the session cookie (bearer tokens only), so the
+#: cookie-and-CSRF walks below are the dashboard's; the API gets a walk of its own.
+API = "geneva_drive_api."
+
+
 def post_rules(app) -> list:
-    rules = [r for r in app.url_map.iter_rules() if "POST" in r.methods]
+    """The dashboard's state-changing routes (the cookie-authenticated ones)."""
+    rules = [
+        r
+        for r in app.url_map.iter_rules()
+        if "POST" in r.methods and not r.endpoint.startswith(API)
+    ]
     assert len(rules) >= 9, [r.rule for r in rules]  # the enumeration itself must not be empty
     return rules
 
 
+def api_post_rules(app) -> list:
+    rules = [
+        r
+        for r in app.url_map.iter_rules()
+        if "POST" in r.methods and r.endpoint.startswith(API) and r.endpoint != API + "unmatched"
+    ]
+    assert len(rules) >= 11, [r.rule for r in rules]
+    return rules
+
+
 def url_for_rule(rule, workflow_id: int) -> str:
-    return rule.rule.replace("<int:workflow_id>", str(workflow_id))
+    return (
+        rule.rule.replace("<int:workflow_id>", str(workflow_id))
+        .replace("<workflow_id>", str(workflow_id))
+        .replace("<any_text:name>", "nightly")
+    )
 
 
 FORM = {"name": "payment_confirmed", "step": "ship", "action": "cancel", "scope": "all"}
@@ -133,6 +157,28 @@ def test_anonymous_cannot_act_or_read(app, geneva_session, wf_ids):
         )
         assert response.status_code in (302, 401), (rule.rule, response.status_code)
     assert client.get(f"/workflows/{wf_ids['paused']}").status_code == 302
+    assert engine_rows(geneva_session) == before
+
+
+def test_no_api_route_acts_for_a_cookie_or_without_a_token(build, geneva_session, wf_ids):
+    """Every state-changing route of the HTTP API: anonymous, or with an operator's dashboard
+    session and its CSRF token, is a 401 and changes nothing; a token without the route's
+    scope is a 403."""
+    import hashlib
+
+    reader = "reader-token-for-the-security-walk"
+    app = build(API_TOKENS=f"reader:{hashlib.sha256(reader.encode()).hexdigest()}:read")
+    anonymous = app.test_client()
+    operator = login(app.test_client(), "olga")
+    before = engine_rows(geneva_session)
+    for rule in api_post_rules(app):
+        url = url_for_rule(rule, wf_ids["paused"])
+        body = {"name": "payment_confirmed", "step": "ship"}
+        assert anonymous.post(url, json=body).status_code == 401, rule.rule
+        cookie = operator.post(url, json=body, headers={"X-CSRF-Token": CSRF})
+        assert cookie.status_code == 401, (rule.rule, cookie.status_code)
+        scoped = anonymous.post(url, json=body, headers={"Authorization": f"Bearer {reader}"})
+        assert scoped.status_code == 403, (rule.rule, scoped.status_code)
     assert engine_rows(geneva_session) == before
 
 
