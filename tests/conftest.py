@@ -30,6 +30,22 @@ class Account(Base):
     email: Mapped[str] = mapped_column(String(255), default="a@example.com")
 
 
+@pytest.fixture(autouse=True)
+def _no_worker_outlives_its_test() -> Iterator[None]:
+    """A test that plays a Celery worker process (``perform_step`` with its queues set)
+    registers a worker for the whole process; left registered, every later test's steps would
+    carry that worker, and housekeeping would recover them once its heartbeat stopped."""
+    yield
+    from geneva_drive import celery as celery_module
+    from geneva_drive import current_worker
+
+    if celery_module._heartbeat is not None:
+        celery_module._heartbeat.stop()
+        celery_module._heartbeat = None
+    current_worker.set_process(None)
+    current_worker.set_thread(None)
+
+
 @pytest.fixture
 def generous_inline_time_budget() -> Iterator[None]:
     """Inline successors get 60 s instead of 200 ms. Tests of the inline chain's path (not of

@@ -65,5 +65,9 @@ def test_celery_worker_init_installs_the_metrics(monkeypatch, geneva_database):
     # A worker refuses to start without a broker (no silent broker); this one is given one.
     monkeypatch.setenv("GENEVA_BROKER_URL", "memory://")
     prometheus.uninstall()
+    # worker_init records the queues this process consumes: put them back after the test,
+    # or later tests' perform_step would take this process for a worker.
+    monkeypatch.setattr(engine_celery, "_consumed_queues", engine_celery._consumed_queues)
+    monkeypatch.setattr(engine_celery, "_worker_default_queue", engine_celery._worker_default_queue)
     engine_celery._on_worker_init()
     assert prometheus.installed() is not None
