@@ -873,8 +873,12 @@ class Plan:
 
     @classmethod
     def full(cls, seconds: float = 600) -> Plan:
+        # Settling ends when nothing moves for ``stall`` seconds; the cap only bounds a run
+        # that keeps moving. 600 s cut off PostgreSQL runs still draining a flood through the
+        # two-slot tenant limit (about a workflow a second), and the flows caught running or
+        # waiting for a slot were reported stuck.
         return cls(
-            seconds=seconds, backlog=120, gap=8.0, random_faults=True, flood=3000, settle_cap=600
+            seconds=seconds, backlog=120, gap=8.0, random_faults=True, flood=3000, settle_cap=1800
         )
 
 
