@@ -12,7 +12,15 @@ from itertools import pairwise
 
 import pytest
 
-from geneva_drive import IterableStep, Workflow, executor, inline, resumable_step, step
+from geneva_drive import (
+    IterableStep,
+    Workflow,
+    current_worker,
+    executor,
+    inline,
+    resumable_step,
+    step,
+)
 from geneva_drive.config import Settings, settings
 from geneva_drive.instrumentation import inline_successor, step_finalized, step_performed
 from tests.engine.helpers import executions, make_order, summary
@@ -410,6 +418,8 @@ def test_the_celery_task_shares_through_the_process_s_remembered_answer(monkeypa
     assert 1 <= len(asks) <= 5  # asking every time: 100
     budgets: list[inline.Budget | None] = []
     monkeypatch.setattr(geneva_celery, "_consumed_queues", frozenset({"default"}))
+    # A registered worker process (the step itself is stubbed; no database is needed).
+    current_worker.set_process(4242, "celery@test/4242")
     monkeypatch.setattr(
         geneva_celery.executor, "execute", lambda _id, **kw: budgets.append(kw["budget"]) or True
     )
