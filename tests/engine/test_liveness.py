@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from sqlalchemy import select, update
@@ -538,3 +538,45 @@ def test_outside_a_registered_worker_nothing_is_abandoned(geneva_session, monkey
     with pytest.raises(Exception, match="server closed the connection"):
         executor.execute(_current(geneva_session, workflow).id)
     assert current_worker._abandoned == {}
+
+
+class HookFailsFlow(Workflow):
+    """Its hook raises once after the step started: the attempt escapes in progress."""
+
+    failures: ClassVar[list[int]] = [1]
+
+    def before_step_execution(self, execution: Any) -> None:
+        if HookFailsFlow.failures:
+            HookFailsFlow.failures.pop()
+            raise RuntimeError("hook exploded")
+
+    @step
+    def work(self) -> None:
+        pass
+
+
+def test_an_attempt_whose_hook_raised_in_a_live_worker_is_recovered_by_its_heartbeat(
+    geneva_session,
+):
+    settings.worker_heartbeat_interval = 0.05
+    settings.worker_lease = 5
+    HookFailsFlow.failures[:] = [1]
+    heartbeat = liveness.start_worker("embedded", name="embedded@here/hook", process=False)
+    current_worker.set_thread(heartbeat.worker_id, heartbeat.name)
+    try:
+        workflow = _create(geneva_session, HookFailsFlow)
+        held = _current(geneva_session, workflow)
+        with pytest.raises(RuntimeError, match="hook exploded"):
+            executor.execute(held.id)
+        deadline = time.monotonic() + 20
+        geneva_session.expire_all()
+        while geneva_session.get(StepExecution, held.id).outcome != "recovered":
+            assert time.monotonic() < deadline, "the heartbeat never recovered the step"
+            time.sleep(0.05)
+            geneva_session.expire_all()
+        assert _summary(geneva_session, workflow)[:2] == [
+            ("work", "completed", "recovered"),
+            ("work", "scheduled", None),
+        ]
+    finally:
+        heartbeat.stop()
